@@ -1,0 +1,308 @@
+/*
+ * needle.h — the C ABI of the needle inference engine for Cactus Compute's Needle models.
+ *
+ * This header is the only public surface of libneedle. It is C99 and C++ compatible.
+ *
+ * Objects
+ *   needle_model  weights, geometry and tokenizer of one loaded .cact container. Immutable after
+ *                 load: any number of threads may use one model at once.
+ *   needle_state  one sequence: position, token history, KV ring, Engram value ring and the
+ *                 scratch of a single decode step. Use from one thread at a time (it may move
+ *                 between threads).
+ *   needle_batch  scratch for batched (chunked) prefill of up to `capacity` positions. Use from one
+ *                 thread at a time; may serve any state of the same model.
+ *
+ * Handles may be freed in any order: a state or batch keeps its model alive.
+ *
+ * Errors
+ *   Every fallible call returns a needle_status. On failure, needle_last_error() gives a specific
+ *   message for the calling thread (like errno, successful calls leave it unchanged). No call
+ *   aborts, asserts or lets a C++ exception escape. Failing calls leave their state unchanged:
+ *   arguments are checked first (NEEDLE_E_INVALID_ARGUMENT), then buffer sizes
+ *   (NEEDLE_E_BUFFER_TOO_SMALL), then room in the sequence (NEEDLE_E_CONTEXT_FULL).
+ *
+ * Buffers are always owned by the caller; lengths are in elements unless stated (bytes for text).
+ * Text is UTF-8.
+ *
+ * Formulas and formats: shared/spec/container-v2.md (loader), model-v2.md (forward pass),
+ * tokenizer-and-prompt.md (tokenizer, generation).
+ */
+#ifndef NEEDLE_H
+#define NEEDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#if defined(NEEDLE_BUILDING_LIBRARY)
+#define NEEDLE_API __declspec(dllexport)
+#else
+#define NEEDLE_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__)
+#define NEEDLE_API __attribute__((visibility("default")))
+#else
+#define NEEDLE_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- versions */
+
+/** ABI version of this header. Bumped on any incompatible change of a declaration below. */
+#define NEEDLE_ABI_VERSION 1
+
+/** ABI version the loaded library implements. Any thread. */
+NEEDLE_API uint32_t needle_abi_version(void);
+
+/** Library version, e.g. "0.1.0". Static text. Any thread. */
+NEEDLE_API const char *needle_version_string(void);
+
+/** Refuses a library built for another ABI: bindings call it once, right after loading the
+ *  library, with the NEEDLE_ABI_VERSION they were written against.
+ *  Returns NEEDLE_OK when `expected_abi` equals needle_abi_version(), else NEEDLE_E_UNSUPPORTED
+ *  (message names both versions). Any thread. */
+NEEDLE_API int32_t needle_check_abi(uint32_t expected_abi);
+
+/* ---------------------------------------------------------------- status */
+
+/** Status of a fallible call. Codes are never renumbered. */
+typedef int32_t needle_status;
+
+#define NEEDLE_OK 0
+#define NEEDLE_E_INVALID_ARGUMENT 1  /* NULL handle/pointer, token >= vocab_size, bad parameter */
+#define NEEDLE_E_IO 2                /* file could not be opened, read or mapped */
+#define NEEDLE_E_FORMAT 3            /* not a .cact container, or a damaged one */
+#define NEEDLE_E_UNSUPPORTED 4       /* a known format or feature this build cannot run */
+#define NEEDLE_E_NO_MEMORY 5         /* a genuine allocation failure */
+#define NEEDLE_E_CONTEXT_FULL 6      /* the tokens would pass the model's max_seq_len */
+#define NEEDLE_E_BUFFER_TOO_SMALL 7  /* caller buffer too small; the needed size is reported */
+#define NEEDLE_E_CANCELLED 8         /* a callback asked to stop; the state stays valid */
+#define NEEDLE_E_INTERNAL 9          /* a bug in needle; please report the message */
+
+/** Short static description of a status code ("unknown status" for codes not listed above).
+ *  Any thread. */
+NEEDLE_API const char *needle_status_string(needle_status s);
+
+/** Message of the most recent failed call on this thread, e.g.
+ *  "tensor 17 (layer01.k_proj): nbytes 4096, expected 4352"; "" if none failed yet.
+ *  The pointer stays valid until the next failing call on this thread. */
+NEEDLE_API const char *needle_last_error(void);
+
+/* ---------------------------------------------------------------- handles */
+
+typedef struct needle_model needle_model;
+typedef struct needle_state needle_state;
+typedef struct needle_batch needle_batch;
+
+/* ---------------------------------------------------------------- model */
+
+/** Load options. Always initialise with needle_model_params_init(), then change fields. */
+typedef struct needle_model_params {
+    uint32_t struct_size; /* sizeof(needle_model_params), set by needle_model_params_init */
+    int32_t use_mmap;     /* 1 (default): map the file read-only; 0: read it into memory */
+    int32_t n_threads;    /* worker threads for this model's kernels; 0 (default) = all cores */
+} needle_model_params;
+
+/** Fills `p` with defaults (use_mmap 1, n_threads 0). NULL is ignored. Any thread. */
+NEEDLE_API void needle_model_params_init(needle_model_params *p);
+
+/** Loads a .cact container from a file and validates all of it (container-v2.md §12).
+ *  `p` may be NULL (defaults). On success writes a new model to *out; on failure writes NULL.
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL path/out, bad params); IO (cannot open/read/map);
+ *  FORMAT (not a container, or damaged: the message names the field and values);
+ *  UNSUPPORTED (a known tag this build cannot run, e.g. the old geometry-less 0x05E12A82 or
+ *  Needle 3's 0x05E12A84); NO_MEMORY. Loads typically take a few milliseconds. */
+NEEDLE_API needle_status needle_model_load_file(const char *path, const needle_model_params *p,
+                                                needle_model **out);
+
+/** As needle_model_load_file, from `size` bytes at `data`, which are copied: the caller may free
+ *  `data` as soon as the call returns. `use_mmap` is ignored. */
+NEEDLE_API needle_status needle_model_load_memory(const void *data, size_t size,
+                                                  const needle_model_params *p,
+                                                  needle_model **out);
+
+/** Releases the caller's reference. States and batches made from the model keep it alive until
+ *  they are freed too. NULL is ignored. */
+NEEDLE_API void needle_model_free(needle_model *model);
+
+/** Geometry and ids of a loaded model. The caller sets `struct_size` to sizeof(needle_model_info)
+ *  (older, shorter versions of this struct are accepted; fields past struct_size are not written). */
+typedef struct needle_model_info {
+    uint32_t struct_size;
+    uint32_t format_version;   /* container format: 2 for Needle 2 (.cact tag 0x05E12A83) */
+    uint32_t vocab_size;       /* V: logits buffers hold this many floats */
+    uint32_t d_model;          /* D */
+    uint32_t num_layers;       /* L */
+    uint32_t num_heads;        /* H: query heads */
+    uint32_t num_kv_heads;     /* K: key/value heads (GQA groups) */
+    uint32_t head_dim;         /* query/key head width (qk_head_dim) */
+    uint32_t v_head_dim;       /* value head width (equals head_dim in Needle 2) */
+    uint32_t max_seq_len;      /* positions a state can hold (tokens) */
+    uint32_t kv_window;        /* effective attention window in tokens; 0 = full causal */
+    uint32_t mhc_lanes;        /* residual lanes n */
+    uint32_t num_engram_sites; /* S */
+    uint32_t bos_id, eos_id, pad_id, unk_id; /* from the tokenizer blob */
+    uint32_t has_tokenizer;    /* 1 if the container carries a tokenizer */
+    uint64_t weight_bytes;     /* bytes of tensor payload (all records but the tokenizer) */
+    uint64_t file_bytes;       /* size of the container */
+} needle_model_info;
+
+/** Writes the model's info. Returns NEEDLE_OK, or INVALID_ARGUMENT (NULL arguments or a
+ *  struct_size smaller than the first version of the struct). Any thread. */
+NEEDLE_API needle_status needle_model_get_info(const needle_model *model, needle_model_info *info);
+
+/* ---------------------------------------------------------------- state and batch */
+
+/** Creates an empty sequence (position 0) with the model's attention window. Memory: the KV ring
+ *  (num_layers * 2 * num_kv_heads * ring * head_dim floats, ring = kv_window or max_seq_len)
+ *  plus one position of scratch and a logits buffer, all allocated here, none later.
+ *  Returns NEEDLE_OK, INVALID_ARGUMENT, NO_MEMORY. */
+NEEDLE_API needle_status needle_state_create(needle_model *model, needle_state **out);
+
+/** Options of needle_state_create_ex. Initialise with needle_state_params_init(). */
+typedef struct needle_state_params {
+    uint32_t struct_size;
+    int32_t kv_window; /* -1 (default): the model's window; 0: full causal attention over the
+                          whole sequence (ring of max_seq_len positions, as upstream's reference
+                          runs with window 0); > 0: this window in tokens */
+} needle_state_params;
+
+/** Fills `p` with defaults (kv_window -1). NULL is ignored. */
+NEEDLE_API void needle_state_params_init(needle_state_params *p);
+
+/** needle_state_create with options (`p` NULL = defaults). */
+NEEDLE_API needle_status needle_state_create_ex(needle_model *model, const needle_state_params *p,
+                                                needle_state **out);
+
+/** Frees a state. NULL is ignored. */
+NEEDLE_API void needle_state_free(needle_state *state);
+
+/** Rewinds the sequence to position 0 (history cleared). NULL is ignored. */
+NEEDLE_API void needle_state_reset(needle_state *state);
+
+/** Tokens fed so far (the next position). 0 for NULL. */
+NEEDLE_API uint32_t needle_state_pos(const needle_state *state);
+
+/** Creates prefill scratch for chunks of up to `capacity` positions (about 70 KB per position at
+ *  Needle 2 geometry). Returns NEEDLE_OK; INVALID_ARGUMENT (NULL, capacity 0 or above
+ *  max_seq_len); NO_MEMORY. */
+NEEDLE_API needle_status needle_batch_create(needle_model *model, uint32_t capacity,
+                                             needle_batch **out);
+
+/** Frees a batch. NULL is ignored. */
+NEEDLE_API void needle_batch_free(needle_batch *batch);
+
+/* ---------------------------------------------------------------- forward */
+
+/** Feeds one token at the state's position and advances it by one.
+ *  logits: NULL with logits_len 0 skips the LM head; otherwise receives vocab_size floats
+ *  (the next-token logits). Allocates nothing.
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL state, token >= vocab_size, NULL logits with
+ *  logits_len > 0); BUFFER_TOO_SMALL (logits_len < vocab_size); CONTEXT_FULL (position is
+ *  max_seq_len). On failure the state is unchanged. */
+NEEDLE_API needle_status needle_state_decode(needle_state *state, uint32_t token, float *logits,
+                                             size_t logits_len);
+
+/** Feeds `n_tokens` tokens. `batch` NULL feeds them one position at a time; otherwise in chunks
+ *  of the batch's capacity (same resulting state and logits either way). logits NULL (len 0)
+ *  skips the LM head, otherwise receives the LAST position's vocab_size logits.
+ *  Prefill of 0 tokens without logits is a no-op.
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL state, NULL tokens with n_tokens > 0, a token
+ *  >= vocab_size, a batch of another model, n_tokens 0 with a logits buffer); BUFFER_TOO_SMALL;
+ *  CONTEXT_FULL (pos + n_tokens > max_seq_len). On failure the state is unchanged. */
+NEEDLE_API needle_status needle_state_prefill(needle_state *state, needle_batch *batch,
+                                              const uint32_t *tokens, size_t n_tokens,
+                                              float *logits, size_t logits_len);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+/** Encodes UTF-8 text with the model's own tokenizer (SentencePiece BPE with byte fallback and
+ *  the chat markers, tokenizer-and-prompt.md §2). add_bos != 0 prepends the BOS id.
+ *  Writes up to `capacity` ids to `tokens` and the count to *n_tokens. If `capacity` is too small
+ *  nothing is written to `tokens`, *n_tokens receives the needed count and the call returns
+ *  BUFFER_TOO_SMALL (tokens may be NULL with capacity 0 to ask for the size).
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL model/n_tokens, NULL text with text_len > 0,
+ *  invalid UTF-8); UNSUPPORTED (the container has no tokenizer); BUFFER_TOO_SMALL. Any thread. */
+NEEDLE_API needle_status needle_model_tokenize(const needle_model *model, const char *text,
+                                               size_t text_len, int add_bos, uint32_t *tokens,
+                                               size_t capacity, size_t *n_tokens);
+
+/** Decodes ids to UTF-8 text (tokenizer-and-prompt.md §3: control ids give nothing, invalid byte
+ *  sequences become U+FFFD). Writes the text plus a NUL to `text` and its length (without the
+ *  NUL) to *text_len. If `capacity` < length + 1, writes nothing, reports the length and returns
+ *  BUFFER_TOO_SMALL. Returns NEEDLE_OK; INVALID_ARGUMENT (NULL model/text_len, NULL tokens with
+ *  n_tokens > 0, an id >= vocab_size); UNSUPPORTED; BUFFER_TOO_SMALL. Any thread. */
+NEEDLE_API needle_status needle_model_detokenize(const needle_model *model, const uint32_t *tokens,
+                                                 size_t n_tokens, char *text, size_t capacity,
+                                                 size_t *text_len);
+
+/* ---------------------------------------------------------------- generation */
+
+/** Why needle_generate stopped. */
+#define NEEDLE_STOP_NONE 0         /* did not generate (an error happened first) */
+#define NEEDLE_STOP_EOS 1          /* the model emitted EOS or <|im_end|> (not fed, not streamed) */
+#define NEEDLE_STOP_MAX_TOKENS 2   /* max_tokens were generated */
+#define NEEDLE_STOP_CONTEXT_FULL 3 /* the sequence reached max_seq_len */
+#define NEEDLE_STOP_CALLBACK 4     /* the callback returned non-zero */
+
+/** Generation options. Initialise with needle_generate_params_init(). */
+typedef struct needle_generate_params {
+    uint32_t struct_size;
+    uint32_t max_tokens; /* generated-token budget (default 128) */
+    float temperature;   /* 0 (default) = greedy argmax, ties to the lowest id;
+                            > 0 samples softmax(logits / temperature) */
+    int32_t top_k;       /* keep the k most likely tokens; 0 (default) = all */
+    float top_p;         /* keep the smallest set whose probability reaches top_p; 1 (default)=all */
+    uint64_t seed;       /* sampling is deterministic for a seed (default 0) */
+    int32_t add_bos;     /* 1 (default): prepend BOS when the state is at position 0 */
+} needle_generate_params;
+
+/** Fills `p` with defaults. NULL is ignored. */
+NEEDLE_API void needle_generate_params_init(needle_generate_params *p);
+
+/** Token id passed to the callback for the final flush (see needle_token_callback). */
+#define NEEDLE_NO_TOKEN 0xFFFFFFFFu
+
+/** Called once per generated token with the text it completes: `text` holds `text_len` bytes of
+ *  whole UTF-8 code points (never half of one; it may be empty when a token only starts a
+ *  multi-byte character, and is NUL-terminated). Valid only during the call. Return 0 to go on,
+ *  non-zero to stop after this token. If generation ends inside a multi-byte character, one
+ *  last call with token NEEDLE_NO_TOKEN delivers U+FFFD for it (its return value is ignored).
+ *  The concatenated pieces equal needle_model_detokenize() of the generated ids. */
+typedef int (*needle_token_callback)(uint32_t token, const char *text, size_t text_len,
+                                     void *user_data);
+
+/** Figures of one needle_generate call. Set struct_size before the call. */
+typedef struct needle_generate_result {
+    uint32_t struct_size;
+    uint32_t prompt_tokens;    /* tokens fed from the prompt (including BOS) */
+    uint32_t generated_tokens; /* tokens streamed to the callback */
+    uint32_t stop_reason;      /* NEEDLE_STOP_* */
+    double prefill_ms;         /* wall time of the prompt pass, milliseconds */
+    double decode_ms;          /* wall time of the generation steps, milliseconds */
+} needle_generate_result;
+
+/** Tokenizes `prompt` (no chat template is applied), feeds it to the state after what the state
+ *  already holds (BOS first when at position 0 and add_bos), then generates up to max_tokens,
+ *  calling `callback` (may be NULL) per token. Each generated token but the stop token is fed to
+ *  the state, so a later call continues the same sequence.
+ *  `batch` (may be NULL) is used for the prompt pass. `params` and `result` may be NULL.
+ *  Returns NEEDLE_OK (stopped on EOS, budget or context); NEEDLE_E_CANCELLED (the callback asked
+ *  to stop: the state is valid and holds every streamed token); INVALID_ARGUMENT (NULL state,
+ *  NULL prompt with prompt_len > 0, invalid UTF-8, bad sampling parameters, a batch of another
+ *  model, nothing to feed: an empty prompt and no BOS); UNSUPPORTED (no tokenizer);
+ *  CONTEXT_FULL (the prompt does not fit with room for one generated token: nothing is fed). */
+NEEDLE_API needle_status needle_generate(needle_state *state, needle_batch *batch,
+                                         const char *prompt, size_t prompt_len,
+                                         const needle_generate_params *params,
+                                         needle_token_callback callback, void *user_data,
+                                         needle_generate_result *result);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NEEDLE_H */

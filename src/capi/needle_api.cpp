@@ -1,0 +1,382 @@
+// The C ABI shim: translates handles and statuses, validates every argument before anything
+// is mutated, and lets no exception cross the boundary. Engine logic lives in src/model,
+// src/tokenizer and src/generate.
+#include <algorithm>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "generate/generate.h"
+#include "model/model.h"
+#include "needle.h"
+
+using needle::Error;
+
+struct needle_model {
+    std::shared_ptr<const needle::Model> m;
+};
+
+struct needle_state {
+    std::shared_ptr<const needle::Model> model;
+    std::unique_ptr<needle::Sequence> seq;
+    std::unique_ptr<needle::Workspace> step;  // scratch of one decode step
+    std::unique_ptr<needle::Generator> gen;
+};
+
+struct needle_batch {
+    std::shared_ptr<const needle::Model> model;
+    std::unique_ptr<needle::Workspace> ws;
+};
+
+namespace {
+
+thread_local char t_last_error[1024] = "";
+
+needle_status set_error(needle_status code, const char *msg) {
+    std::snprintf(t_last_error, sizeof t_last_error, "%s", msg);
+    return code;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+needle_status errorf(needle_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(t_last_error, sizeof t_last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+// Runs `f` and maps every exception to a status and message.
+template <class F>
+needle_status guarded(F &&f) noexcept {
+    try {
+        return f();
+    } catch (const Error &e) {
+        return set_error(e.code(), e.what());
+    } catch (const std::bad_alloc &) {
+        return set_error(NEEDLE_E_NO_MEMORY, "out of memory");
+    } catch (const std::exception &e) {
+        return errorf(NEEDLE_E_INTERNAL, "internal error: %s", e.what());
+    } catch (...) {
+        return set_error(NEEDLE_E_INTERNAL, "internal error: unknown exception");
+    }
+}
+
+// Shared rules of decode and prefill: tokens in range, logits buffer, room (this order).
+needle_status check_feed(const char *fn, const needle_state *s, const uint32_t *tokens, size_t n,
+                         const float *logits, size_t logits_len) {
+    const needle::ModelInfo &mi = s->model->info();
+    if (n > 0 && !tokens) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: tokens is NULL", fn);
+    for (size_t i = 0; i < n; ++i)
+        if (tokens[i] >= mi.vocab_size)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: token %u at index %zu is >= vocab_size %u",
+                          fn, tokens[i], i, mi.vocab_size);
+    if (!logits && logits_len > 0)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: logits is NULL but logits_len is %zu", fn, logits_len);
+    if (logits && logits_len < mi.vocab_size)
+        return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: logits_len %zu < vocab_size %u", fn, logits_len,
+                      mi.vocab_size);
+    if (n > size_t(mi.max_seq_len - s->seq->pos))
+        return errorf(NEEDLE_E_CONTEXT_FULL, "%s: %zu tokens at position %u would pass max_seq_len %u",
+                      fn, n, s->seq->pos, mi.max_seq_len);
+    return NEEDLE_OK;
+}
+
+template <class T>
+bool struct_ok(const T *p, size_t min_size) {
+    return p && p->struct_size >= min_size;
+}
+
+// Validates load params, then opens the bytes with `open` and builds the model.
+template <class Open>
+needle_status load_common(const char *fn, const needle_model_params *p, needle_model **out, Open &&open) {
+    needle_model_params params;
+    needle_model_params_init(&params);
+    if (p) {
+        if (p->struct_size < sizeof(needle_model_params))
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u is not sizeof(needle_model_params) %zu"
+                          " (call needle_model_params_init)", fn, p->struct_size, sizeof(needle_model_params));
+        if (p->n_threads < 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: n_threads %d is negative", fn, p->n_threads);
+        params = *p;
+    }
+    return guarded([&] {
+        needle::LoadOptions opt;
+        opt.use_mmap = params.use_mmap != 0;
+        opt.n_threads = params.n_threads;
+        auto h = std::make_unique<needle_model>();
+        h->m = needle::load_model(open(opt), opt);
+        *out = h.release();
+        return NEEDLE_OK;
+    });
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t needle_abi_version(void) { return NEEDLE_ABI_VERSION; }
+
+const char *needle_version_string(void) { return NEEDLE_VERSION_STRING; }
+
+int32_t needle_check_abi(uint32_t expected_abi) {
+    if (expected_abi == NEEDLE_ABI_VERSION) return NEEDLE_OK;
+    return errorf(NEEDLE_E_UNSUPPORTED, "caller expects needle ABI %u, library implements ABI %u",
+                  expected_abi, unsigned(NEEDLE_ABI_VERSION));
+}
+
+const char *needle_status_string(needle_status s) {
+    switch (s) {
+    case NEEDLE_OK: return "ok";
+    case NEEDLE_E_INVALID_ARGUMENT: return "invalid argument";
+    case NEEDLE_E_IO: return "i/o error";
+    case NEEDLE_E_FORMAT: return "invalid or damaged model file";
+    case NEEDLE_E_UNSUPPORTED: return "unsupported";
+    case NEEDLE_E_NO_MEMORY: return "out of memory";
+    case NEEDLE_E_CONTEXT_FULL: return "context full";
+    case NEEDLE_E_BUFFER_TOO_SMALL: return "buffer too small";
+    case NEEDLE_E_CANCELLED: return "cancelled";
+    case NEEDLE_E_INTERNAL: return "internal error";
+    default: return "unknown status";
+    }
+}
+
+const char *needle_last_error(void) { return t_last_error; }
+
+void needle_model_params_init(needle_model_params *p) {
+    if (!p) return;
+    p->struct_size = sizeof *p;
+    p->use_mmap = 1;
+    p->n_threads = 0;
+}
+
+needle_status needle_model_load_file(const char *path, const needle_model_params *p, needle_model **out) {
+    if (out) *out = nullptr;
+    if (!path || !out) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_model_load_file: path or out is NULL");
+    return load_common("needle_model_load_file", p, out, [&](const needle::LoadOptions &o) {
+        return needle::FileBytes::open(path, o.use_mmap);
+    });
+}
+
+needle_status needle_model_load_memory(const void *data, size_t size, const needle_model_params *p,
+                                       needle_model **out) {
+    if (out) *out = nullptr;
+    if (!out || (!data && size > 0))
+        return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_model_load_memory: data or out is NULL");
+    return load_common("needle_model_load_memory", p, out, [&](const needle::LoadOptions &) {
+        static const uint8_t empty = 0;
+        return needle::FileBytes::copy(data ? data : &empty, size);
+    });
+}
+
+void needle_model_free(needle_model *model) { delete model; }
+
+needle_status needle_model_get_info(const needle_model *model, needle_model_info *info) {
+    const size_t v1 = offsetof(needle_model_info, file_bytes) + sizeof(uint64_t);
+    if (!model || !info) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_model_get_info: model or info is NULL");
+    if (info->struct_size < v1)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_model_get_info: struct_size %u < %zu", info->struct_size, v1);
+    const needle::ModelInfo &mi = model->m->info();
+    needle_model_info r;
+    std::memset(&r, 0, sizeof r);
+    r.struct_size = info->struct_size;
+    r.format_version = mi.format_version, r.vocab_size = mi.vocab_size, r.d_model = mi.d_model;
+    r.num_layers = mi.num_layers, r.num_heads = mi.num_heads, r.num_kv_heads = mi.num_kv_heads;
+    r.head_dim = mi.head_dim, r.v_head_dim = mi.v_head_dim, r.max_seq_len = mi.max_seq_len;
+    r.kv_window = mi.kv_window, r.mhc_lanes = mi.mhc_lanes, r.num_engram_sites = mi.num_engram_sites;
+    r.bos_id = mi.bos_id, r.eos_id = mi.eos_id, r.pad_id = mi.pad_id, r.unk_id = mi.unk_id;
+    r.has_tokenizer = model->m->tokenizer() != nullptr;
+    r.weight_bytes = mi.weight_bytes, r.file_bytes = mi.file_bytes;
+    std::memcpy(info, &r, std::min<size_t>(info->struct_size, sizeof r));
+    return NEEDLE_OK;
+}
+
+void needle_state_params_init(needle_state_params *p) {
+    if (!p) return;
+    p->struct_size = sizeof *p;
+    p->kv_window = -1;
+}
+
+needle_status needle_state_create_ex(needle_model *model, const needle_state_params *p, needle_state **out) {
+    if (out) *out = nullptr;
+    if (!model || !out) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create: model or out is NULL");
+    needle_state_params params;
+    needle_state_params_init(&params);
+    if (p) {
+        if (p->struct_size < sizeof(needle_state_params))
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: params.struct_size %u is not %zu",
+                          p->struct_size, sizeof(needle_state_params));
+        params = *p;
+    }
+    if (params.kv_window < -1)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: kv_window %d (use -1, 0 or > 0)", params.kv_window);
+    return guarded([&] {
+        auto s = std::make_unique<needle_state>();
+        s->model = model->m;
+        s->seq = s->model->new_sequence(params.kv_window);
+        s->step = s->model->new_workspace(1);
+        s->gen = std::make_unique<needle::Generator>(*s->model);
+        *out = s.release();
+        return NEEDLE_OK;
+    });
+}
+
+needle_status needle_state_create(needle_model *model, needle_state **out) {
+    return needle_state_create_ex(model, nullptr, out);
+}
+
+void needle_state_free(needle_state *state) { delete state; }
+
+void needle_state_reset(needle_state *state) {
+    if (state) state->seq->reset();
+}
+
+uint32_t needle_state_pos(const needle_state *state) { return state ? state->seq->pos : 0; }
+
+needle_status needle_batch_create(needle_model *model, uint32_t capacity, needle_batch **out) {
+    if (out) *out = nullptr;
+    if (!model || !out) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_batch_create: model or out is NULL");
+    const uint32_t tmax = model->m->info().max_seq_len;
+    if (capacity == 0 || capacity > tmax)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_batch_create: capacity %u not in 1..max_seq_len %u",
+                      capacity, tmax);
+    return guarded([&] {
+        auto b = std::make_unique<needle_batch>();
+        b->model = model->m;
+        b->ws = b->model->new_workspace(capacity);
+        *out = b.release();
+        return NEEDLE_OK;
+    });
+}
+
+void needle_batch_free(needle_batch *batch) { delete batch; }
+
+needle_status needle_state_decode(needle_state *state, uint32_t token, float *logits, size_t logits_len) {
+    if (!state) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_state_decode: state is NULL");
+    const needle_status st = check_feed("needle_state_decode", state, &token, 1, logits, logits_len);
+    if (st != NEEDLE_OK) return st;
+    return guarded([&] {
+        state->model->forward(*state->seq, *state->step, &token, 1, logits);
+        return NEEDLE_OK;
+    });
+}
+
+needle_status needle_state_prefill(needle_state *state, needle_batch *batch, const uint32_t *tokens,
+                                   size_t n_tokens, float *logits, size_t logits_len) {
+    const char *fn = "needle_state_prefill";
+    if (!state) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: state is NULL", fn);
+    if (batch && batch->model != state->model)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: the batch was made for another model", fn);
+    if (n_tokens == 0 && (logits || logits_len))
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: 0 tokens give no logits", fn);
+    const needle_status st = check_feed(fn, state, tokens, n_tokens, logits, logits_len);
+    if (st != NEEDLE_OK || n_tokens == 0) return st;
+    return guarded([&] {
+        needle::feed(*state->model, *state->seq, batch ? *batch->ws : *state->step, tokens, n_tokens, logits);
+        return NEEDLE_OK;
+    });
+}
+
+needle_status needle_model_tokenize(const needle_model *model, const char *text, size_t text_len, int add_bos,
+                                    uint32_t *tokens, size_t capacity, size_t *n_tokens) {
+    const char *fn = "needle_model_tokenize";
+    if (!model || !n_tokens) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: model or n_tokens is NULL", fn);
+    if (!text && text_len > 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: text is NULL", fn);
+    if (!tokens && capacity > 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: tokens is NULL", fn);
+    const needle::Tokenizer *tok = model->m->tokenizer();
+    if (!tok) return errorf(NEEDLE_E_UNSUPPORTED, "%s: this model has no tokenizer", fn);
+    return guarded([&] {
+        std::vector<uint32_t> ids;
+        if (add_bos) ids.push_back(tok->bos_id());
+        tok->encode(std::string_view(text ? text : "", text_len), ids);
+        *n_tokens = ids.size();
+        if (ids.size() > capacity)
+            return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: %zu tokens do not fit capacity %zu", fn, ids.size(), capacity);
+        std::copy(ids.begin(), ids.end(), tokens);
+        return NEEDLE_OK;
+    });
+}
+
+needle_status needle_model_detokenize(const needle_model *model, const uint32_t *tokens, size_t n_tokens, char *text,
+                                      size_t capacity, size_t *text_len) {
+    const char *fn = "needle_model_detokenize";
+    if (!model || !text_len) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: model or text_len is NULL", fn);
+    if (!tokens && n_tokens > 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: tokens is NULL", fn);
+    if (!text && capacity > 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: text is NULL", fn);
+    const needle::Tokenizer *tok = model->m->tokenizer();
+    if (!tok) return errorf(NEEDLE_E_UNSUPPORTED, "%s: this model has no tokenizer", fn);
+    for (size_t i = 0; i < n_tokens; ++i)
+        if (tokens[i] >= tok->size())
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: token %u at index %zu is >= vocab_size %u", fn, tokens[i], i,
+                          tok->size());
+    return guarded([&] {
+        const std::string s = tok->decode(tokens, n_tokens);
+        *text_len = s.size();
+        if (s.size() + 1 > capacity)
+            return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: %zu bytes + NUL do not fit capacity %zu", fn, s.size(), capacity);
+        std::memcpy(text, s.c_str(), s.size() + 1);
+        return NEEDLE_OK;
+    });
+}
+
+void needle_generate_params_init(needle_generate_params *p) {
+    if (!p) return;
+    std::memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->max_tokens = 128;
+    p->temperature = 0.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->seed = 0;
+    p->add_bos = 1;
+}
+
+needle_status needle_generate(needle_state *state, needle_batch *batch, const char *prompt, size_t prompt_len,
+                              const needle_generate_params *params, needle_token_callback callback, void *user_data,
+                              needle_generate_result *result) {
+    const char *fn = "needle_generate";
+    if (!state) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: state is NULL", fn);
+    if (!prompt && prompt_len > 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: prompt is NULL", fn);
+    if (batch && batch->model != state->model)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: the batch was made for another model", fn);
+    needle_generate_params p;
+    needle_generate_params_init(&p);
+    if (params) {
+        if (params->struct_size < sizeof p)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u is not %zu", fn, params->struct_size, sizeof p);
+        p = *params;
+    }
+    if (result && result->struct_size < sizeof(needle_generate_result))
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: result.struct_size %u is not %zu", fn, result->struct_size,
+                      sizeof(needle_generate_result));
+    needle::GenerateOptions opt;
+    opt.max_tokens = p.max_tokens;
+    opt.sampling.temperature = p.temperature;
+    opt.sampling.top_k = p.top_k;
+    opt.sampling.top_p = p.top_p;
+    opt.sampling.seed = p.seed;
+    opt.add_bos = p.add_bos != 0;
+    needle::GenerateStats stats;
+    const needle_status st = guarded([&] {
+        return state->gen->run(*state->seq, *state->step, batch ? batch->ws.get() : nullptr,
+                               std::string_view(prompt ? prompt : "", prompt_len), opt, callback, user_data, stats);
+    });
+    if (st == NEEDLE_E_CANCELLED) set_error(st, "needle_generate: stopped by the callback");
+    if (result) {
+        result->prompt_tokens = stats.prompt_tokens;
+        result->generated_tokens = stats.generated_tokens;
+        result->stop_reason = stats.stop_reason;
+        result->prefill_ms = stats.prefill_ms;
+        result->decode_ms = stats.decode_ms;
+    }
+    return st;
+}
+
+}  // extern "C"

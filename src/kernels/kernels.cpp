@@ -1,0 +1,146 @@
+// Portable reference kernels (plain C++). The fixed 8-lane summation order of `dot8` is part of
+// the contract: every variant of cq_matmul must reproduce it so that batched prefill equals
+// sequential decode bit for bit (cq-kernels.md §7.1, §9).
+#include "kernels/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace needle {
+namespace {
+
+// sum_k a[k]*b[k], k < n (n % 8 == 0): lane k%8 accumulates, lanes summed left to right.
+inline float dot8(const float *a, const float *b, uint32_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (uint32_t k = 0; k < n; k += 8)
+        for (uint32_t j = 0; j < 8; ++j) acc[j] += a[k + j] * b[k + j];
+    float s = acc[0];
+    for (uint32_t j = 1; j < 8; ++j) s += acc[j];
+    return s;
+}
+
+// Any-length dot product with the same lane order, plus a sequential tail.
+inline float dot_any(const float *a, const float *b, uint32_t n) {
+    const uint32_t n8 = n & ~7u;
+    float s = n8 ? dot8(a, b, n8) : 0.0f;
+    for (uint32_t k = n8; k < n; ++k) s += a[k] * b[k];
+    return s;
+}
+
+// Levels of the `group` indices of row r, group g (norm not applied), cq-kernels.md §8.
+void decode_group(const CqMatrix &w, uint32_t r, uint32_t g, float *out) {
+    const uint32_t group_bytes = w.group * w.width / 8;
+    const uint8_t *src = w.packed + size_t(r) * w.row_bytes + size_t(g) * group_bytes;
+    switch (w.width) {
+    case 2:  // 4 indices per byte (also ternary crumbs, through its own LUT)
+        for (uint32_t b = 0; b < group_bytes; ++b) std::memcpy(out + 4 * b, w.lut + 4 * src[b], 16);
+        break;
+    case 4:  // 2 indices per byte, low nibble first
+        for (uint32_t b = 0; b < group_bytes; ++b) std::memcpy(out + 2 * b, w.lut + 2 * src[b], 8);
+        break;
+    default:  // 3: every 3 bytes hold 8 indices, LSB-first
+        for (uint32_t b = 0; b < group_bytes; b += 3) {
+            const uint32_t bits = uint32_t(src[b]) | uint32_t(src[b + 1]) << 8 |
+                                  uint32_t(src[b + 2]) << 16;
+            for (uint32_t k = 0; k < 8; ++k) out[(b / 3) * 8 + k] = w.levels[(bits >> (3 * k)) & 7u];
+        }
+        break;
+    }
+}
+
+}  // namespace
+
+void fwht(float *x, uint32_t m) {
+    for (uint32_t h = 1; h < m; h *= 2)
+        for (uint32_t i = 0; i < m; i += 2 * h)
+            for (uint32_t j = i; j < i + h; ++j) {
+                const float a = x[j], c = x[j + h];
+                x[j] = a + c;
+                x[j + h] = a - c;
+            }
+    const float scale = 1.0f / std::sqrt(float(m));
+    for (uint32_t j = 0; j < m; ++j) x[j] *= scale;
+}
+
+void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t group, float *xh) {
+    std::memcpy(xh, x, sizeof(float) * cols);
+    std::fill(xh + cols, xh + cols_pad, 0.0f);  // stale padding would leak into every row
+    for (uint32_t g = 0; g < cols_pad; g += group) fwht(xh + g, group);
+}
+
+void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0,
+               uint32_t count, float *y, size_t y_stride) {
+    float ug[4096];  // one decoded group; group <= 4096 is a loader rule
+    for (uint32_t r = r0; r < r0 + count; ++r) {
+        const float *nrm = w.norms + size_t(r) * w.ngroups;
+        for (size_t p = 0; p < n_pos; ++p) y[p * y_stride + (r - r0)] = 0.0f;
+        for (uint32_t g = 0; g < w.ngroups; ++g) {
+            decode_group(w, r, g, ug);
+            for (size_t p = 0; p < n_pos; ++p) {
+                const float s = dot8(ug, xh + p * xh_stride + size_t(g) * w.group, w.group);
+                y[p * y_stride + (r - r0)] += nrm[g] * s;  // norm after the group dot (§7)
+            }
+        }
+    }
+}
+
+void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out) {
+    float buf[4096];
+    for (uint32_t g = 0; g < w.ngroups; ++g) {
+        decode_group(w, r, g, buf);
+        const float nrm = w.norms[size_t(r) * w.ngroups + g];
+        for (uint32_t k = 0; k < w.group; ++k) buf[k] *= nrm;
+        fwht(buf, w.group);
+        const uint32_t c0 = g * w.group;
+        const uint32_t n = std::min(w.group, w.cols - std::min(w.cols, c0));
+        std::memcpy(out + c0, buf, sizeof(float) * n);  // padded columns are discarded
+    }
+}
+
+void rms_unit(const float *x, uint32_t n, float *y) {
+    const float ms = dot_any(x, x, n) / float(n);
+    const float inv = 1.0f / std::sqrt(ms + 1e-6f);
+    for (uint32_t i = 0; i < n; ++i) y[i] = x[i] * inv;
+}
+
+void zcrms(const float *x, const float *gamma, uint32_t n, float *y) {
+    const float ms = dot_any(x, x, n) / float(n);
+    const float rms = std::sqrt(ms + 1e-6f);
+    for (uint32_t i = 0; i < n; ++i) y[i] = (1.0f + gamma[i]) * x[i] / rms;
+}
+
+void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
+    const uint32_t half = dim / 2;
+    for (uint32_t i = 0; i < half; ++i) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cos_row[i] - b * sin_row[i];
+        x[i + half] = b * cos_row[i] + a * sin_row[i];
+    }
+}
+
+void attention_head(const float *q, const float *k_ring, const float *v_ring, uint32_t qk_dim,
+                    uint32_t v_dim, uint32_t ring, uint32_t lo, uint32_t hi, float *scores,
+                    float *out) {
+    const float scale = std::sqrt(float(qk_dim));
+    const uint32_t n = hi - lo + 1;
+    float mx = -INFINITY;
+    for (uint32_t j = 0; j < n; ++j) {
+        const float *k = k_ring + size_t((lo + j) % ring) * qk_dim;
+        scores[j] = dot_any(q, k, qk_dim) / scale;
+        mx = std::max(mx, scores[j]);
+    }
+    float sum = 0.0f;
+    for (uint32_t j = 0; j < n; ++j) {
+        scores[j] = std::exp(scores[j] - mx);
+        sum += scores[j];
+    }
+    std::fill(out, out + v_dim, 0.0f);
+    for (uint32_t j = 0; j < n; ++j) {
+        const float wj = scores[j] / sum;
+        const float *v = v_ring + size_t((lo + j) % ring) * v_dim;
+        for (uint32_t d = 0; d < v_dim; ++d) out[d] += wj * v[d];
+    }
+}
+
+}  // namespace needle

@@ -1,0 +1,63 @@
+// Numeric kernels: Cactus-Quants matmul over rotated activations, FWHT, norms, RoPE,
+// attention. Kernels know nothing of models: they take pointers, sizes and strides.
+//
+// Specs: cq-kernels.md (CQ, FWHT), model-v2.md §2 (norms, RoPE, softmax).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace needle {
+
+// A Cactus-Quants matrix W[rows][cols] in its stored, rotated form (cq-kernels.md §1, §5).
+// Views into the container plus the f32 norms converted at load.
+struct CqMatrix {
+    const uint8_t *packed = nullptr;  // rows * row_bytes, LSB-first indices (container-v2.md §7.1)
+    const float *norms = nullptr;     // [rows][ngroups] f32
+    const float *lut = nullptr;       // width 2/ternary: [256][4]; width 4: [256][2]; width 3: null
+    const float *levels = nullptr;    // level of each index code (2^width entries; ternary by crumb)
+    uint32_t rows = 0, cols = 0, cols_pad = 0, ngroups = 0, group = 0;
+    uint32_t width = 0;               // bits per stored index: 2, 3 or 4 (ternary stores 2)
+    uint32_t row_bytes = 0;
+};
+
+// xh[0..cols_pad) := per-group normalised FWHT of x[0..cols) zero-padded (cq-kernels.md §6).
+// One prepared vector serves every CQ matrix with the same (cols, group).
+void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t group, float *xh);
+
+// Y[p][r - r0] = W[r] . x_p for rows r0..r0+count-1 and positions p < n_pos, where the prepared
+// inputs are xh + p*xh_stride (cols_pad floats each) and outputs y + p*y_stride.
+// Each weight group is decoded once and applied to every position; the per-position result
+// does not depend on n_pos, count or threading (cq-kernels.md §7.1, §9): matvec == matmul, bitwise.
+void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0,
+               uint32_t count, float *y, size_t y_stride);
+
+// w[0..cols) := reconstructed row r (norm applied before the rotation, cq-kernels.md §10).
+void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out);
+
+// In-place normalised Walsh-Hadamard transform, Sylvester order; m a power of two (§4).
+void fwht(float *x, uint32_t m);
+
+// y = x * (1 / sqrt(mean(x^2) + 1e-6))  (model-v2.md §2 rms_unit). y may alias x.
+void rms_unit(const float *x, uint32_t n, float *y);
+
+// y = (1 + gamma) * x / sqrt(mean(x^2) + 1e-6)  (model-v2.md §2 zcrms). y may alias x.
+void zcrms(const float *x, const float *gamma, uint32_t n, float *y);
+
+// Half-split RoPE of one head vector x[dim] at the angles given by cos/sin[dim/2]
+// (model-v2.md §2.1): pairs (i, i + dim/2).
+void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row);
+
+// Single-query attention over keys at positions lo..hi (inclusive) of a ring of `ring` slots:
+// key j lives at k_ring + (j % ring) * qk_dim, its value at v_ring + (j % ring) * v_dim.
+// out[v_dim] = softmax_j(q . k_j / sqrt(qk_dim)) weighted sum of v_j. scores: hi-lo+1 floats.
+void attention_head(const float *q, const float *k_ring, const float *v_ring, uint32_t qk_dim,
+                    uint32_t v_dim, uint32_t ring, uint32_t lo, uint32_t hi, float *scores,
+                    float *out);
+
+inline float sigmoid(float z);
+
+}  // namespace needle
+
+#include <cmath>
+inline float needle::sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }

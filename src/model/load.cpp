@@ -1,0 +1,83 @@
+// Container bytes (mmap or copy) and model construction by tag.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+
+#include "container/cact_v2.h"
+#include "core/bytes.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "model/needle2.h"
+
+namespace needle {
+
+namespace {
+struct Fd {
+    int fd;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+}  // namespace
+
+std::shared_ptr<const FileBytes> FileBytes::open(const char *path, bool use_mmap) {
+    Fd f{::open(path, O_RDONLY | O_CLOEXEC)};
+    if (f.fd < 0) fail(NEEDLE_E_IO, strf("cannot open '%s': %s", path, std::strerror(errno)));
+    struct stat st;
+    if (::fstat(f.fd, &st) != 0) fail(NEEDLE_E_IO, strf("cannot stat '%s': %s", path, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) fail(NEEDLE_E_IO, strf("'%s' is not a regular file", path));
+    std::shared_ptr<FileBytes> fb(new FileBytes());
+    fb->size_ = size_t(st.st_size);
+    if (fb->size_ == 0) return fb;  // the parser reports the truncation
+    if (use_mmap) {
+        void *p = ::mmap(nullptr, fb->size_, PROT_READ, MAP_PRIVATE, f.fd, 0);
+        if (p == MAP_FAILED) fail(NEEDLE_E_IO, strf("cannot map '%s': %s", path, std::strerror(errno)));
+        fb->data_ = static_cast<const uint8_t *>(p);
+        fb->mapped_ = true;
+        return fb;
+    }
+    fb->owned_.resize(fb->size_);
+    size_t got = 0;
+    while (got < fb->size_) {
+        const ssize_t r = ::read(f.fd, fb->owned_.data() + got, fb->size_ - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) fail(NEEDLE_E_IO, strf("cannot read '%s' (%zu of %zu bytes)", path, got, fb->size_));
+        got += size_t(r);
+    }
+    fb->data_ = fb->owned_.data();
+    return fb;
+}
+
+std::shared_ptr<const FileBytes> FileBytes::copy(const void *data, size_t size) {
+    std::shared_ptr<FileBytes> fb(new FileBytes());
+    fb->owned_.assign(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + size);
+    fb->data_ = fb->owned_.data();
+    fb->size_ = size;
+    return fb;
+}
+
+FileBytes::~FileBytes() {
+    if (mapped_) ::munmap(const_cast<uint8_t *>(data_), size_);
+}
+
+std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, const LoadOptions &opt) {
+    const ContainerV2 c = parse_cact_v2(bytes->data(), bytes->size());
+    return std::make_shared<Needle2Model>(std::move(bytes), c, opt.n_threads);
+}
+
+}  // namespace needle
+
+namespace needle {
+void feed(const Model &m, Sequence &seq, Workspace &ws, const uint32_t *tokens, size_t n,
+          float *logits) {
+    for (size_t i = 0; i < n; i += ws.capacity) {
+        const uint32_t chunk = uint32_t(std::min<size_t>(ws.capacity, n - i));
+        m.forward(seq, ws, tokens + i, chunk, i + chunk == n ? logits : nullptr);
+    }
+}
+}  // namespace needle

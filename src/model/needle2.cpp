@@ -1,0 +1,524 @@
+// Needle 2 forward pass (model-v2.md §3), over a chunk of positions (§6).
+// Read top to bottom: bind weights, sequence state, workspace, then forward: embed -> engram ->
+// layers (router, attention, MLP, lane update) -> LM head.
+#include "model/needle2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/f16.h"
+
+namespace needle {
+
+namespace {
+
+uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
+
+// Unit Lloyd-Max level of a ternary trit, divided in double and rounded once (container §7.3).
+float ternary_level(uint32_t group) { return float(1.2240064 / std::sqrt(double(group))); }
+
+// Cells of the arena that bind() hands out, in order; sized before anything is converted.
+class Arena {
+public:
+    explicit Arena(std::vector<float> &v) : v_(v) {}
+    float *take(size_t n) {
+        if (used_ + n > v_.size()) fail(NEEDLE_E_INTERNAL, "arena sized too small");
+        float *p = v_.data() + used_;
+        used_ += n;
+        return p;
+    }
+
+private:
+    std::vector<float> &v_;
+    size_t used_ = 0;
+};
+
+uint64_t elements(const TensorRecord &t) {
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < t.ndim; ++i) n *= t.shape[i];
+    return n;
+}
+
+void to_f32(const TensorRecord &t, float *out) {
+    const uint64_t n = elements(t);
+    if (t.dtype == DType::F32) {
+        std::memcpy(out, t.data, n * 4);
+        return;
+    }
+    for (uint64_t i = 0; i < n; ++i) out[i] = f16_to_f32(uint16_t(t.data[2 * i] | t.data[2 * i + 1] << 8));
+}
+
+float silu(float z) { return z * sigmoid(z); }
+
+// Log-sum-exp of n values with stride (model-v2.md §2).
+float lse(const float *v, uint32_t n, uint32_t stride) {
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, v[i * stride]);
+    float s = 0.0f;
+    for (uint32_t i = 0; i < n; ++i) s += std::exp(v[i * stride] - mx);
+    return mx + std::log(s);
+}
+
+// Log-domain Sinkhorn, 20 iterations, rows then columns, one exp at the end (§2.2).
+void sinkhorn(float *m, uint32_t n) {
+    for (int it = 0; it < 20; ++it) {
+        for (uint32_t i = 0; i < n; ++i) {
+            const float r = lse(m + i * n, n, 1);
+            for (uint32_t j = 0; j < n; ++j) m[i * n + j] -= r;
+        }
+        for (uint32_t j = 0; j < n; ++j) {
+            const float c = lse(m + j, n, n);
+            for (uint32_t i = 0; i < n; ++i) m[i * n + j] -= c;
+        }
+    }
+    for (uint32_t i = 0; i < n * n; ++i) m[i] = std::exp(m[i]);
+}
+
+// Engram n-gram hash of table tau at position p (model-v2.md §2.4); hist[q] for q <= p.
+uint32_t engram_hash(const uint32_t *hist, uint32_t p, uint32_t tau, uint32_t order, uint32_t slots) {
+    uint32_t acc = 0x9E3779B9u * (tau + 1);
+    for (uint32_t j = 0; j < order; ++j) {
+        const uint32_t tok = (p >= j) ? hist[p - j] : 0u;
+        acc = (acc ^ tok) * 0x01000193u;
+    }
+    acc ^= acc >> 15;
+    return acc % slots;
+}
+
+}  // namespace
+
+uint32_t needle2_effective_window(const HeaderV2 &h) {
+    uint32_t w = h.kv_window;
+    if (w == 0) {  // "size it from the KV budget" (architecture.kv_budget_window)
+        const uint64_t kv = uint64_t(h.num_kv_heads) * h.head_dim;
+        const uint64_t per_pos = uint64_t(h.num_layers) * (2 * kv + 2 * (kv / 32) * 4) +
+                                 uint64_t(h.num_engram_sites) * (h.d_model + (h.d_model / 32) * 4);
+        const uint64_t budget = per_pos ? (12058624ull / per_pos) / 32 * 32 : h.max_seq_len;
+        w = uint32_t(std::max<uint64_t>(160, std::min<uint64_t>(budget, h.max_seq_len)));
+    }
+    return w >= h.max_seq_len ? 0 : w;
+}
+
+// ---------------------------------------------------------------- sequence state (§5)
+
+struct Needle2Model::Seq final : Sequence {
+    uint32_t window;  // attention window, 0 = full causal
+    uint32_t ring;    // KV slots per head: window, or max_seq_len when full causal (§4.3)
+    uint32_t vring;   // Engram value ring slots: (taps-1)*dil + 1
+    std::vector<uint32_t> hist;  // [Tmax]
+    std::vector<float> kv;       // [L][2][K][ring][hd]: K then V of each layer
+    std::vector<float> vraw;     // [S][vring][D] un-convolved Engram values
+    void reset() override {
+        pos = 0;
+        std::fill(hist.begin(), hist.end(), 0u);
+    }
+    float *k_ring(const Needle2Geometry &g, uint32_t l, uint32_t kvh) {
+        return kv.data() + ((size_t(l) * 2 * g.K + kvh) * ring) * g.hd;
+    }
+    float *v_ring(const Needle2Geometry &g, uint32_t l, uint32_t kvh) {
+        return kv.data() + ((size_t(l) * 2 * g.K + g.K + kvh) * ring) * g.hd;
+    }
+};
+
+std::unique_ptr<Sequence> Needle2Model::new_sequence(int32_t kv_window) const {
+    const Needle2Geometry &g = g_;
+    auto s = std::make_unique<Seq>();
+    if (kv_window < -1) fail(NEEDLE_E_INVALID_ARGUMENT, strf("kv_window %d is negative", kv_window));
+    uint32_t w = kv_window == -1 ? default_window_ : uint32_t(kv_window);
+    if (w >= g.Tmax) w = 0;
+    s->window = w;
+    s->ring = w ? w : g.Tmax;
+    s->vring = g.S ? (g.taps - 1) * g.dil + 1 : 0;
+    s->hist.assign(g.Tmax, 0u);
+    s->kv.assign(size_t(g.L) * 2 * g.K * s->ring * g.hd, 0.0f);
+    s->vraw.assign(size_t(g.S) * s->vring * g.D, 0.0f);
+    return s;
+}
+
+// ---------------------------------------------------------------- workspace (chunk scratch)
+
+struct Needle2Model::Work final : Workspace {
+    std::vector<float> buf;
+    std::vector<uint32_t> hash;  // [cap][T] table slots, UINT32_MAX = n-gram not yet valid
+    // Per-position strides are the widths below; every pointer is [capacity][width].
+    float *X, *Xn, *xh, *f, *fh, *ek, *ev, *vchunk, *a, *b, *rv, *u, *bx, *t, *hAh;
+    float *q, *k, *v, *gl, *o, *oh, *att, *y, *mlp, *scores, *hf, *hfh;
+};
+
+std::unique_ptr<Workspace> Needle2Model::new_workspace(uint32_t cap) const {
+    const Needle2Geometry &g = g_;
+    auto w = std::make_unique<Work>();
+    w->capacity = cap;
+    const size_t nD = g.nD, SD = size_t(g.S) * g.D;
+    const size_t widths[] = {nD, nD, g.nD_pad, g.F_pad, g.F_pad, SD, SD, SD, g.n, g.n,
+                             size_t(g.n) * g.n, g.D, g.D, g.D, g.D_pad, g.A, g.Kd, g.Kd, g.A,
+                             g.A, g.A_pad, g.D, g.D, g.Nh};
+    float **ptrs[] = {&w->X, &w->Xn, &w->xh, &w->f, &w->fh, &w->ek, &w->ev, &w->vchunk,
+                      &w->a, &w->b, &w->rv, &w->u, &w->bx, &w->t, &w->hAh, &w->q, &w->k,
+                      &w->v, &w->gl, &w->o, &w->oh, &w->att, &w->y, &w->mlp};
+    static_assert(sizeof widths / sizeof widths[0] == sizeof ptrs / sizeof ptrs[0], "buffers");
+    size_t total = size_t(g.Tmax) + g.D + g.D_pad;  // scores, hf, hfh (single)
+    for (size_t wd : widths) total += wd * cap;
+    w->buf.assign(total, 0.0f);
+    float *p = w->buf.data();
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i) {
+        *ptrs[i] = p;
+        p += widths[i] * cap;
+    }
+    w->scores = p;
+    w->hf = p + g.Tmax;
+    w->hfh = w->hf + g.D;
+    w->hash.assign(size_t(cap) * std::max(1u, g.T), 0u);
+    return w;
+}
+
+// ---------------------------------------------------------------- load-time binding
+
+Needle2Model::Needle2Model(std::shared_ptr<const FileBytes> bytes, const ContainerV2 &c, int n_threads)
+    : bytes_(std::move(bytes)), n_threads_(n_threads) {
+    const HeaderV2 &h = c.header;
+    Needle2Geometry &g = g_;
+    g.V = h.vocab_size, g.D = h.d_model, g.H = h.num_heads, g.K = h.num_kv_heads;
+    g.hd = h.head_dim, g.A = g.H * g.hd, g.Kd = g.K * g.hd, g.L = h.num_layers;
+    g.n = h.mhc_lanes, g.Nh = h.hada_n, g.Tmax = h.max_seq_len;
+    g.S = h.num_engram_sites, g.T = h.num_engram_tables, g.slots = h.engram_slots;
+    g.sub = h.engram_sub_dim, g.F = g.T * g.sub, g.taps = h.engram_conv_taps;
+    g.dil = h.engram_conv_dilation, g.num_orders = h.num_engram_orders;
+    g.heads_e = g.num_orders ? g.T / g.num_orders : 0;
+    for (int i = 0; i < 4; ++i) g.orders[i] = h.engram_orders[i];
+    g.G = c.group ? c.group : 128;
+    g.D_pad = round_up(g.D, g.G), g.A_pad = round_up(g.A, g.G), g.F_pad = round_up(std::max(g.F, 1u), g.G);
+    g.nD = g.n * g.D, g.nD_pad = round_up(g.nD, g.G);
+    g.rope_theta = h.rope_theta;
+    default_window_ = needle2_effective_window(h);
+    bind(c);
+
+    info_.format_version = 2;
+    info_.vocab_size = g.V, info_.d_model = g.D, info_.num_layers = g.L;
+    info_.num_heads = g.H, info_.num_kv_heads = g.K, info_.head_dim = g.hd, info_.v_head_dim = g.hd;
+    info_.max_seq_len = g.Tmax, info_.kv_window = default_window_;
+    info_.mhc_lanes = g.n, info_.num_engram_sites = g.S;
+    info_.file_bytes = c.file_bytes;
+    for (const TensorRecord &t : c.tensors)
+        if (t.dtype != DType::RAW) info_.weight_bytes += t.nbytes;
+    if (c.tokenizer) {
+        tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::parse(c.tokenizer, c.tokenizer_bytes, g.V));
+        info_.bos_id = tokenizer_->bos_id(), info_.eos_id = tokenizer_->eos_id();
+        info_.pad_id = tokenizer_->pad_id(), info_.unk_id = tokenizer_->unk_id();
+    }
+}
+
+void Needle2Model::bind(const ContainerV2 &c) {
+    const Needle2Geometry &g = g_;
+    const CanonV2 &cn = c.canon;
+    const uint32_t last = cn.final_norm();  // probe heads (after final_norm) are not bound here
+    size_t need = 4 * 256 * 2 + 2 * 256 + 16 + 8 + 4 * 2 + size_t(g.Tmax) * g.hd;  // LUTs, RoPE
+    for (uint32_t i = 0; i <= last; ++i) {
+        const TensorRecord &t = c.tensors[i];
+        need += t.dtype == DType::CQ ? size_t(t.shape[0]) * ((t.shape[1] + t.group - 1) / t.group)
+                                     : size_t(elements(t));
+    }
+    arena_.assign(need, 0.0f);
+    Arena ar(arena_);
+
+    // Level tables per width (cq-kernels.md §8). Ternary levels are indexed by crumb 0/1/2/3.
+    float *lv2 = ar.take(4), *lv3 = ar.take(8), *lv4 = ar.take(16), *lvt = ar.take(4);
+    std::memcpy(lv2, c.codebook, 16), std::memcpy(lv3, c.codebook + 4, 32);
+    std::memcpy(lv4, c.codebook + 12, 64);
+    const float tl = ternary_level(g.G);
+    lvt[0] = 0.0f, lvt[1] = tl, lvt[2] = 0.0f, lvt[3] = -tl;
+    float *lut2 = ar.take(1024), *lutt = ar.take(1024), *lut4 = ar.take(512);
+    for (uint32_t byte = 0; byte < 256; ++byte) {
+        for (uint32_t k = 0; k < 4; ++k) {
+            lut2[byte * 4 + k] = lv2[(byte >> (2 * k)) & 3u];
+            lutt[byte * 4 + k] = lvt[(byte >> (2 * k)) & 3u];
+        }
+        for (uint32_t k = 0; k < 2; ++k) lut4[byte * 2 + k] = lv4[(byte >> (4 * k)) & 15u];
+    }
+
+    auto cq = [&](uint32_t idx) {
+        const TensorRecord &t = c.tensors[idx];
+        CqMatrix m;
+        m.rows = t.shape[0], m.cols = t.shape[1], m.group = t.group;
+        m.cols_pad = round_up(m.cols, m.group), m.ngroups = m.cols_pad / m.group;
+        m.width = t.bits == 5 ? 2 : t.bits;
+        m.row_bytes = m.cols_pad * m.width / 8;
+        m.packed = t.data;
+        switch (t.bits) {
+        case 2: m.lut = lut2, m.levels = lv2; break;
+        case 3: m.lut = nullptr, m.levels = lv3; break;
+        case 4: m.lut = lut4, m.levels = lv4; break;
+        default: m.lut = lutt, m.levels = lvt; break;
+        }
+        float *nrm = ar.take(size_t(m.rows) * m.ngroups);
+        const uint8_t *src = t.data + size_t(m.rows) * m.row_bytes;
+        for (size_t i = 0; i < size_t(m.rows) * m.ngroups; ++i)
+            nrm[i] = f16_to_f32(uint16_t(src[2 * i] | src[2 * i + 1] << 8));
+        m.norms = nrm;
+        return m;
+    };
+    auto fp = [&](uint32_t idx) {
+        float *p = ar.take(size_t(elements(c.tensors[idx])));
+        to_f32(c.tensors[idx], p);
+        return static_cast<const float *>(p);
+    };
+
+    embedding_ = cq(cn.embedding());
+    layers_.resize(g.L);
+    for (uint32_t l = 0; l < g.L; ++l) {
+        const uint32_t b = cn.layer(l);
+        Needle2Layer &ly = layers_[l];
+        ly.norm_in = fp(b + kNormIn), ly.q = cq(b + kQProj), ly.k = cq(b + kKProj);
+        ly.v = cq(b + kVProj), ly.q_norm = fp(b + kQNorm), ly.k_norm = fp(b + kKNorm);
+        ly.gate = cq(b + kGateProj), ly.out = cq(b + kOutProj), ly.post_norm = fp(b + kPostNorm);
+        ly.attn_gate = fp(b + kAttnGate)[0], ly.pre_hada = fp(b + kPreHada);
+        ly.d1 = fp(b + kD1), ly.d2 = fp(b + kD2), ly.d3 = fp(b + kD3);
+    }
+    const uint32_t m = cn.mhc();
+    a_pre_ = fp(m + kAPre), a_post_ = fp(m + kAPost), a_res_ = fp(m + kARes);
+    b_pre_ = fp(m + kBPre), b_post_ = fp(m + kBPost), b_res_ = fp(m + kBRes);
+    phi_pre_ = cq(m + kPhiPre), phi_post_ = cq(m + kPhiPost), phi_res_ = cq(m + kPhiRes);
+    site_of_layer_.assign(g.L, -1);
+    sites_.resize(g.S);
+    for (uint32_t s = 0; s < g.S; ++s) {
+        const uint32_t e = cn.engram(s);
+        Needle2EngramSite &st = sites_[s];
+        st.layer = c.header.engram_sites[s];
+        st.tables = cq(e + kTables), st.key_proj = cq(e + kKeyProj);
+        st.value_proj = cq(e + kValueProj), st.taps = fp(e + kTaps);
+        site_of_layer_[st.layer] = int32_t(s);
+    }
+    final_norm_ = fp(cn.final_norm());
+
+    // RoPE table (§2.1): float32 inv_freq and angle, cos/sin evaluated in double.
+    const uint32_t half = g.hd / 2;
+    float *cs = ar.take(size_t(g.Tmax) * half), *sn = ar.take(size_t(g.Tmax) * half);
+    for (uint32_t i = 0; i < half; ++i) {
+        const float inv_freq = 1.0f / std::pow(g.rope_theta, float(2 * i) / float(g.hd));
+        for (uint32_t p = 0; p < g.Tmax; ++p) {
+            const float angle = float(p) * inv_freq;
+            cs[size_t(p) * half + i] = float(std::cos(double(angle)));
+            sn[size_t(p) * half + i] = float(std::sin(double(angle)));
+        }
+    }
+    rope_cos_ = cs, rope_sin_ = sn;
+}
+
+// ---------------------------------------------------------------- forward pass
+
+void Needle2Model::forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
+                           float *logits) const {
+    Seq &s = static_cast<Seq &>(seq);
+    Work &w = static_cast<Work &>(ws);
+    const uint32_t p0 = s.pos;
+    std::copy(tokens, tokens + n, s.hist.begin() + p0);  // step 1, whole chunk first (§6)
+    embed(w, tokens, n);
+    engram(s, w, p0, n);
+    for (uint32_t l = 0; l < g_.L; ++l) layer(s, w, l, p0, n);
+    s.pos = p0 + n;
+    if (logits) lm_head(w, n - 1, logits);
+}
+
+// Step 2 + 4: e0 = deq_row(embedding, t) * sqrt(D), copied into every lane.
+void Needle2Model::embed(Work &w, const uint32_t *tokens, uint32_t n) const {
+    const Needle2Geometry &g = g_;
+    const float scale = std::sqrt(float(g.D));
+    for (uint32_t i = 0; i < n; ++i) {
+        float *X = w.X + size_t(i) * g.nD;
+        cq_dequantize_row(embedding_, tokens[i], X);
+        for (uint32_t c = 0; c < g.D; ++c) X[c] *= scale;
+        for (uint32_t lane = 1; lane < g.n; ++lane) std::memcpy(X + lane * g.D, X, sizeof(float) * g.D);
+    }
+}
+
+// Step 3: Engram keys and convolved values of every site, once per position.
+void Needle2Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
+    const Needle2Geometry &g = g_;
+    if (g.S == 0) return;
+    for (uint32_t i = 0; i < n; ++i) {  // hashes are shared by all sites
+        const uint32_t p = p0 + i;
+        for (uint32_t tau = 0; tau < g.T; ++tau) {
+            const uint32_t order = g.orders[tau / g.heads_e];
+            w.hash[size_t(i) * g.T + tau] = (p + 1 >= order)
+                ? engram_hash(s.hist.data(), p, tau, order, g.slots) : UINT32_MAX;
+        }
+    }
+    const size_t SD = size_t(g.S) * g.D;
+    for (uint32_t si = 0; si < g.S; ++si) {
+        const Needle2EngramSite &st = sites_[si];
+        for (uint32_t i = 0; i < n; ++i) {
+            float *f = w.f + size_t(i) * g.F_pad;
+            for (uint32_t tau = 0; tau < g.T; ++tau) {
+                const uint32_t slot = w.hash[size_t(i) * g.T + tau];
+                float *dst = f + size_t(tau) * g.sub;
+                if (slot == UINT32_MAX) std::fill(dst, dst + g.sub, 0.0f);
+                else cq_dequantize_row(st.tables, tau * g.slots + slot, dst);
+            }
+            cq_prepare_input(f, g.F, g.F_pad, g.G, w.fh + size_t(i) * g.F_pad);
+        }
+        float *ek = w.ek + size_t(si) * g.D, *vc = w.vchunk + size_t(si) * g.D;
+        cq_matmul(st.key_proj, w.fh, g.F_pad, n, 0, g.D, ek, SD);
+        cq_matmul(st.value_proj, w.fh, g.F_pad, n, 0, g.D, vc, SD);
+        // Tap convolution over un-convolved values at p - j*dil: from this chunk when q >= p0,
+        // else from the ring; the ring is written only afterwards (§6).
+        float *ring = s.vraw.data() + size_t(si) * s.vring * g.D;
+        for (uint32_t i = 0; i < n; ++i) {
+            const uint32_t p = p0 + i;
+            float *ev = w.ev + i * SD + size_t(si) * g.D;
+            std::fill(ev, ev + g.D, 0.0f);
+            for (uint32_t j = 0; j < g.taps && j * g.dil <= p; ++j) {
+                const uint32_t q = p - j * g.dil;
+                const float *src = q >= p0 ? vc + size_t(q - p0) * SD : ring + size_t(q % s.vring) * g.D;
+                const float *tap = st.taps + size_t(j) * g.D;
+                for (uint32_t c = 0; c < g.D; ++c) ev[c] += tap[c] * src[c];
+            }
+        }
+        for (uint32_t i = (n > s.vring ? n - s.vring : 0); i < n; ++i)
+            std::memcpy(ring + size_t((p0 + i) % s.vring) * g.D, vc + i * SD, sizeof(float) * g.D);
+    }
+}
+
+// Step 5: one layer over the chunk.
+void Needle2Model::layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const {
+    const Needle2Geometry &g = g_;
+    const Needle2Layer &ly = layers_[l];
+    const uint32_t N = g.n, D = g.D;
+    const int32_t site = site_of_layer_[l];
+
+    // 5.1 router input x̂ = rms_unit over all lanes, rotated once for the three phi bands.
+    for (uint32_t i = 0; i < n; ++i) {
+        float *Xn = w.Xn + size_t(i) * g.nD;
+        rms_unit(w.X + size_t(i) * g.nD, g.nD, Xn);
+        cq_prepare_input(Xn, g.nD, g.nD_pad, g.G, w.xh + size_t(i) * g.nD_pad);
+    }
+    cq_matmul(phi_pre_, w.xh, g.nD_pad, n, l * N, N, w.a, N);
+    cq_matmul(phi_post_, w.xh, g.nD_pad, n, l * N, N, w.b, N);
+    cq_matmul(phi_res_, w.xh, g.nD_pad, n, l * N * N, N * N, w.rv, size_t(N) * N);
+
+    for (uint32_t i = 0; i < n; ++i) {
+        const float *X = w.X + size_t(i) * g.nD;
+        float *u = w.u + size_t(i) * D, *bx = w.bx + size_t(i) * D, *t = w.t + size_t(i) * D;
+        // 5.2-5.3 pre-routing and block input u = sum_i hpre_i X_i
+        std::fill(u, u + D, 0.0f);
+        for (uint32_t k = 0; k < N; ++k) {
+            const float off = (k == l % N) ? 4.0f : -4.0f;
+            const float hpre = sigmoid(a_pre_[l] * w.a[i * N + k] + b_pre_[l * N + k] + off);
+            for (uint32_t c = 0; c < D; ++c) u[c] += hpre * X[size_t(k) * D + c];
+        }
+        // 5.4 Engram gate on rms_unit(u) . rms_unit(ek)
+        std::memcpy(bx, u, sizeof(float) * D);
+        if (site >= 0) {
+            const size_t off = size_t(i) * g.S * D + size_t(site) * D;
+            rms_unit(u, D, t);
+            float *rk = w.hf;  // free during layers: holds rms_unit(ek)
+            rms_unit(w.ek + off, D, rk);
+            float dot = 0.0f;
+            for (uint32_t c = 0; c < D; ++c) dot += t[c] * rk[c];
+            const float alpha = sigmoid(dot / std::sqrt(float(D)));
+            for (uint32_t c = 0; c < D; ++c) bx[c] += alpha * w.ev[off + c];
+        }
+        // 5.5 attention input hA, shared by q/k/v/gate
+        zcrms(bx, ly.norm_in, D, t);
+        cq_prepare_input(t, D, g.D_pad, g.G, w.hAh + size_t(i) * g.D_pad);
+    }
+    cq_matmul(ly.q, w.hAh, g.D_pad, n, 0, g.A, w.q, g.A);
+    cq_matmul(ly.k, w.hAh, g.D_pad, n, 0, g.Kd, w.k, g.Kd);
+    cq_matmul(ly.v, w.hAh, g.D_pad, n, 0, g.Kd, w.v, g.Kd);
+    cq_matmul(ly.gate, w.hAh, g.D_pad, n, 0, g.A, w.gl, g.A);
+    attention(s, w, l, p0, n);
+    cq_matmul(ly.out, w.oh, g.A_pad, n, 0, D, w.att, D);
+    for (uint32_t i = 0; i < n; ++i) block_tail(w, l, i);
+}
+
+// 5.5 q/k norms, RoPE, cache write and attention, strictly in position order: with a ring of
+// `window` slots, writing p+1 before attending p would overwrite a key p still sees (§6).
+void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const {
+    const Needle2Geometry &g = g_;
+    const Needle2Layer &ly = layers_[l];
+    const uint32_t half = g.hd / 2, group = g.H / g.K;
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t p = p0 + i;
+        const float *cs = rope_cos_ + size_t(p) * half, *sn = rope_sin_ + size_t(p) * half;
+        float *q = w.q + size_t(i) * g.A, *k = w.k + size_t(i) * g.Kd, *v = w.v + size_t(i) * g.Kd;
+        for (uint32_t r = 0; r < g.H; ++r) {
+            zcrms(q + r * g.hd, ly.q_norm, g.hd, q + r * g.hd);
+            rope(q + r * g.hd, g.hd, cs, sn);
+        }
+        const size_t slot = size_t(p % s.ring) * g.hd;
+        for (uint32_t kv = 0; kv < g.K; ++kv) {
+            zcrms(k + kv * g.hd, ly.k_norm, g.hd, k + kv * g.hd);
+            rope(k + kv * g.hd, g.hd, cs, sn);
+            std::memcpy(s.k_ring(g, l, kv) + slot, k + kv * g.hd, sizeof(float) * g.hd);
+            std::memcpy(s.v_ring(g, l, kv) + slot, v + kv * g.hd, sizeof(float) * g.hd);
+        }
+        const uint32_t lo = (s.window && p + 1 > s.window) ? p + 1 - s.window : 0;
+        float *o = w.o + size_t(i) * g.A;
+        const float *gl = w.gl + size_t(i) * g.A;
+        for (uint32_t r = 0; r < g.H; ++r) {
+            const uint32_t kv = r / group;
+            attention_head(q + r * g.hd, s.k_ring(g, l, kv), s.v_ring(g, l, kv), g.hd, g.hd,
+                           s.ring, lo, p, w.scores, o + r * g.hd);
+        }
+        for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
+        cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);
+    }
+}
+
+// 5.5 (residual) to 5.9 for position i of the chunk.
+void Needle2Model::block_tail(Work &w, uint32_t l, uint32_t i) const {
+    const Needle2Geometry &g = g_;
+    const Needle2Layer &ly = layers_[l];
+    const uint32_t N = g.n, D = g.D;
+    float *bx = w.bx + size_t(i) * D, *t = w.t + size_t(i) * D, *y = w.y + size_t(i) * D;
+    const float *u = w.u + size_t(i) * D;
+    // x1 = bx + σ(attn_gate) * zcrms(att; post_norm)  (x1 overwrites bx)
+    zcrms(w.att + size_t(i) * D, ly.post_norm, D, t);
+    const float ag = sigmoid(ly.attn_gate);
+    for (uint32_t c = 0; c < D; ++c) bx[c] += ag * t[c];
+    // 5.6 x2 = x1 + hmlp(zcrms(x1; pre_hada)); y = x2 - u
+    float *z = w.mlp + size_t(i) * g.Nh;
+    zcrms(bx, ly.pre_hada, D, z);
+    std::fill(z + D, z + g.Nh, 0.0f);
+    for (uint32_t c = 0; c < g.Nh; ++c) z[c] *= ly.d1[c];
+    fwht(z, g.Nh);
+    for (uint32_t c = 0; c < g.Nh; ++c) z[c] = silu(ly.d2[c] * z[c]);
+    fwht(z, g.Nh);
+    for (uint32_t c = 0; c < D; ++c) y[c] = (bx[c] + ly.d3[c] * z[c]) - u[c];
+    // 5.7 post-routing, 5.8 residual mixing
+    float hpost[kMaxLanes], P[kMaxLanes * kMaxLanes];
+    for (uint32_t k = 0; k < N; ++k) {
+        const float off = (k == l % N) ? 0.0f : -4.0f;
+        hpost[k] = 2.0f * sigmoid(a_post_[l] * w.b[i * N + k] + b_post_[l * N + k] + off);
+    }
+    const float *rv = w.rv + size_t(i) * N * N;
+    for (uint32_t e = 0; e < N * N; ++e) P[e] = a_res_[l] * rv[e] + b_res_[size_t(l) * N * N + e];
+    sinkhorn(P, N);
+    // 5.9 lane update from a snapshot of the pre-update lanes
+    float *X = w.X + size_t(i) * g.nD, *Xs = w.Xn + size_t(i) * g.nD;
+    std::memcpy(Xs, X, sizeof(float) * g.nD);
+    for (uint32_t k = 0; k < N; ++k) {
+        float *dst = X + size_t(k) * D;
+        std::fill(dst, dst + D, 0.0f);
+        for (uint32_t j = 0; j < N; ++j)
+            for (uint32_t c = 0; c < D; ++c) dst[c] += P[k * N + j] * Xs[size_t(j) * D + c];
+        for (uint32_t c = 0; c < D; ++c) dst[c] += hpost[k] * y[c];
+    }
+}
+
+// Step 6: tied LM head on zcrms(mean of lanes; final_norm).
+void Needle2Model::lm_head(Work &w, uint32_t i, float *logits) const {
+    const Needle2Geometry &g = g_;
+    const float *X = w.X + size_t(i) * g.nD;
+    for (uint32_t c = 0; c < g.D; ++c) {
+        float sum = 0.0f;
+        for (uint32_t k = 0; k < g.n; ++k) sum += X[size_t(k) * g.D + c];
+        w.hf[c] = sum / float(g.n);
+    }
+    zcrms(w.hf, final_norm_, g.D, w.hf);
+    cq_prepare_input(w.hf, g.D, g.D_pad, g.G, w.hfh);
+    cq_matmul(embedding_, w.hfh, g.D_pad, 1, 0, g.V, logits, g.V);
+}
+
+}  // namespace needle
