@@ -66,6 +66,11 @@ NEEDLE_API const char *needle_version_string(void);
  *  (message names both versions). Any thread. */
 NEEDLE_API int32_t needle_check_abi(uint32_t expected_abi);
 
+/** Instruction set of the kernels in use: "avx512", "avx2", "sse4_2", "neon" or "scalar".
+ *  Chosen once per process: the best the CPU runs, or the one named by the environment variable
+ *  NEEDLE_FORCE_ISA when that is lower (e.g. NEEDLE_FORCE_ISA=sse4_2). Static text. Any thread. */
+NEEDLE_API const char *needle_kernel_isa(void);
+
 /* ---------------------------------------------------------------- status */
 
 /** Status of a fallible call. Codes are never renumbered. */

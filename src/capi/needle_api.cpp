@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "generate/generate.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "needle.h"
 
@@ -125,6 +126,14 @@ extern "C" {
 uint32_t needle_abi_version(void) { return NEEDLE_ABI_VERSION; }
 
 const char *needle_version_string(void) { return NEEDLE_VERSION_STRING; }
+
+const char *needle_kernel_isa(void) {
+    try {
+        return needle::kernel_isa();
+    } catch (...) {
+        return "scalar";
+    }
+}
 
 int32_t needle_check_abi(uint32_t expected_abi) {
     if (expected_abi == NEEDLE_ABI_VERSION) return NEEDLE_OK;
@@ -263,7 +272,7 @@ needle_status needle_state_decode(needle_state *state, uint32_t token, float *lo
     const needle_status st = check_feed("needle_state_decode", state, &token, 1, logits, logits_len);
     if (st != NEEDLE_OK) return st;
     return guarded([&] {
-        state->model->forward(*state->seq, *state->step, &token, 1, logits);
+        needle::feed(*state->model, *state->seq, *state->step, &token, 1, logits);
         return NEEDLE_OK;
     });
 }

@@ -53,7 +53,7 @@ needle_status Generator::run(Sequence &seq, Workspace &step, Workspace *batch, s
         // Feed the token so the state holds every streamed token; skip the LM head when no
         // further token will be drawn.
         const bool last = stop || st.generated_tokens == opt.max_tokens || seq.pos + 1 >= Tmax;
-        m_.forward(seq, step, &id, 1, last ? nullptr : logits_.data());
+        feed(m_, seq, step, &id, 1, last ? nullptr : logits_.data());
         if (stop) { st.stop_reason = NEEDLE_STOP_CALLBACK; status = NEEDLE_E_CANCELLED; break; }
         if (seq.pos >= Tmax) { st.stop_reason = NEEDLE_STOP_CONTEXT_FULL; break; }
     }

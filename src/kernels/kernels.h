@@ -1,5 +1,6 @@
 // Numeric kernels: Cactus-Quants matmul over rotated activations, FWHT, norms, RoPE,
 // attention. Kernels know nothing of models: they take pointers, sizes and strides.
+// Each call goes to the table of the active instruction set (dispatch.cpp).
 //
 // Specs: cq-kernels.md (CQ, FWHT), model-v2.md §2 (norms, RoPE, softmax).
 #pragma once
@@ -56,6 +57,10 @@ void attention_head(const float *q, const float *k_ring, const float *v_ring, ui
                     float *out);
 
 inline float sigmoid(float z);
+
+// Name of the kernel instruction set in use: "avx512", "avx2", "sse4_2", "neon" or "scalar".
+// Chosen once per process: the best this CPU runs, or NEEDLE_FORCE_ISA when it names a lower one.
+const char *kernel_isa();
 
 }  // namespace needle
 

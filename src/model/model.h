@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include <tbb/task_arena.h>
+
 #include "tokenizer/tokenizer.h"
 
 namespace needle {
@@ -49,6 +51,9 @@ public:
     virtual ~Sequence() = default;
     virtual void reset() = 0;  // back to position 0
     uint32_t pos = 0;          // next position to write = tokens fed so far
+    // This sequence's worker threads (sized from needle_model_params.n_threads); its own arena,
+    // so concurrent sequences never wait on each other's slots, and no process-wide TBB limit.
+    std::unique_ptr<tbb::task_arena> arena;
 };
 
 // Scratch for a forward pass over up to `capacity` positions at once.
@@ -76,8 +81,11 @@ public:
     virtual void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                          float *logits) const = 0;
 
+    int n_threads() const { return n_threads_; }  // 0 = all cores
+
 protected:
     ModelInfo info_;
+    int n_threads_ = 0;
     std::unique_ptr<Tokenizer> tokenizer_;
 };
 
@@ -93,9 +101,9 @@ std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, 
 }  // namespace needle
 
 namespace needle {
-// Feeds n >= 1 tokens through `ws` in chunks of ws.capacity (same bits as one at a time);
-// logits of the last position if non-null. Preconditions as Model::forward, except n may
-// exceed the capacity.
+// Feeds n >= 1 tokens through `ws` in chunks of ws.capacity (same bits as one at a time), inside
+// the sequence's task arena; logits of the last position if non-null. Preconditions as
+// Model::forward, except n may exceed the capacity.
 void feed(const Model &m, Sequence &seq, Workspace &ws, const uint32_t *tokens, size_t n,
           float *logits);
 }  // namespace needle

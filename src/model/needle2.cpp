@@ -10,6 +10,9 @@
 #include "core/error.h"
 #include "core/f16.h"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 namespace needle {
 
 namespace {
@@ -51,6 +54,19 @@ void to_f32(const TensorRecord &t, float *out) {
 }
 
 float silu(float z) { return z * sigmoid(z); }
+
+// Runs fn(i) for every position of a chunk; positions are independent here, so they are split
+// over the caller's task arena (one position runs inline: a decode step).
+template <class Fn>
+void for_positions(uint32_t n, const Fn &fn) {
+    if (n == 1) {
+        fn(0u);
+        return;
+    }
+    tbb::parallel_for(tbb::blocked_range<uint32_t>(0, n, 1), [&](const tbb::blocked_range<uint32_t> &r) {
+        for (uint32_t i = r.begin(); i != r.end(); ++i) fn(i);
+    });
+}
 
 // Log-sum-exp of n values with stride (model-v2.md §2).
 float lse(const float *v, uint32_t n, uint32_t stride) {
@@ -134,6 +150,7 @@ std::unique_ptr<Sequence> Needle2Model::new_sequence(int32_t kv_window) const {
     s->hist.assign(g.Tmax, 0u);
     s->kv.assign(size_t(g.L) * 2 * g.K * s->ring * g.hd, 0.0f);
     s->vraw.assign(size_t(g.S) * s->vring * g.D, 0.0f);
+    s->arena = std::make_unique<tbb::task_arena>(n_threads_ > 0 ? n_threads_ : int(tbb::task_arena::automatic));
     return s;
 }
 
@@ -177,7 +194,8 @@ std::unique_ptr<Workspace> Needle2Model::new_workspace(uint32_t cap) const {
 // ---------------------------------------------------------------- load-time binding
 
 Needle2Model::Needle2Model(std::shared_ptr<const FileBytes> bytes, const ContainerV2 &c, int n_threads)
-    : bytes_(std::move(bytes)), n_threads_(n_threads) {
+    : bytes_(std::move(bytes)) {
+    n_threads_ = n_threads;
     const HeaderV2 &h = c.header;
     Needle2Geometry &g = g_;
     g.V = h.vocab_size, g.D = h.d_model, g.H = h.num_heads, g.K = h.num_kv_heads;
@@ -325,12 +343,12 @@ void Needle2Model::forward(Sequence &seq, Workspace &ws, const uint32_t *tokens,
 void Needle2Model::embed(Work &w, const uint32_t *tokens, uint32_t n) const {
     const Needle2Geometry &g = g_;
     const float scale = std::sqrt(float(g.D));
-    for (uint32_t i = 0; i < n; ++i) {
+    for_positions(n, [&](uint32_t i) {
         float *X = w.X + size_t(i) * g.nD;
         cq_dequantize_row(embedding_, tokens[i], X);
         for (uint32_t c = 0; c < g.D; ++c) X[c] *= scale;
         for (uint32_t lane = 1; lane < g.n; ++lane) std::memcpy(X + lane * g.D, X, sizeof(float) * g.D);
-    }
+    });
 }
 
 // Step 3: Engram keys and convolved values of every site, once per position.
@@ -348,7 +366,7 @@ void Needle2Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
     const size_t SD = size_t(g.S) * g.D;
     for (uint32_t si = 0; si < g.S; ++si) {
         const Needle2EngramSite &st = sites_[si];
-        for (uint32_t i = 0; i < n; ++i) {
+        for_positions(n, [&](uint32_t i) {
             float *f = w.f + size_t(i) * g.F_pad;
             for (uint32_t tau = 0; tau < g.T; ++tau) {
                 const uint32_t slot = w.hash[size_t(i) * g.T + tau];
@@ -357,7 +375,7 @@ void Needle2Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
                 else cq_dequantize_row(st.tables, tau * g.slots + slot, dst);
             }
             cq_prepare_input(f, g.F, g.F_pad, g.G, w.fh + size_t(i) * g.F_pad);
-        }
+        });
         float *ek = w.ek + size_t(si) * g.D, *vc = w.vchunk + size_t(si) * g.D;
         cq_matmul(st.key_proj, w.fh, g.F_pad, n, 0, g.D, ek, SD);
         cq_matmul(st.value_proj, w.fh, g.F_pad, n, 0, g.D, vc, SD);
@@ -388,16 +406,16 @@ void Needle2Model::layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) c
     const int32_t site = site_of_layer_[l];
 
     // 5.1 router input x̂ = rms_unit over all lanes, rotated once for the three phi bands.
-    for (uint32_t i = 0; i < n; ++i) {
+    for_positions(n, [&](uint32_t i) {
         float *Xn = w.Xn + size_t(i) * g.nD;
         rms_unit(w.X + size_t(i) * g.nD, g.nD, Xn);
         cq_prepare_input(Xn, g.nD, g.nD_pad, g.G, w.xh + size_t(i) * g.nD_pad);
-    }
+    });
     cq_matmul(phi_pre_, w.xh, g.nD_pad, n, l * N, N, w.a, N);
     cq_matmul(phi_post_, w.xh, g.nD_pad, n, l * N, N, w.b, N);
     cq_matmul(phi_res_, w.xh, g.nD_pad, n, l * N * N, N * N, w.rv, size_t(N) * N);
 
-    for (uint32_t i = 0; i < n; ++i) {
+    for_positions(n, [&](uint32_t i) {
         const float *X = w.X + size_t(i) * g.nD;
         float *u = w.u + size_t(i) * D, *bx = w.bx + size_t(i) * D, *t = w.t + size_t(i) * D;
         // 5.2-5.3 pre-routing and block input u = sum_i hpre_i X_i
@@ -412,7 +430,7 @@ void Needle2Model::layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) c
         if (site >= 0) {
             const size_t off = size_t(i) * g.S * D + size_t(site) * D;
             rms_unit(u, D, t);
-            float *rk = w.hf;  // free during layers: holds rms_unit(ek)
+            float *rk = w.y + size_t(i) * D;  // free until block_tail: holds rms_unit(ek)
             rms_unit(w.ek + off, D, rk);
             float dot = 0.0f;
             for (uint32_t c = 0; c < D; ++c) dot += t[c] * rk[c];
@@ -422,14 +440,14 @@ void Needle2Model::layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) c
         // 5.5 attention input hA, shared by q/k/v/gate
         zcrms(bx, ly.norm_in, D, t);
         cq_prepare_input(t, D, g.D_pad, g.G, w.hAh + size_t(i) * g.D_pad);
-    }
+    });
     cq_matmul(ly.q, w.hAh, g.D_pad, n, 0, g.A, w.q, g.A);
     cq_matmul(ly.k, w.hAh, g.D_pad, n, 0, g.Kd, w.k, g.Kd);
     cq_matmul(ly.v, w.hAh, g.D_pad, n, 0, g.Kd, w.v, g.Kd);
     cq_matmul(ly.gate, w.hAh, g.D_pad, n, 0, g.A, w.gl, g.A);
     attention(s, w, l, p0, n);
     cq_matmul(ly.out, w.oh, g.A_pad, n, 0, D, w.att, D);
-    for (uint32_t i = 0; i < n; ++i) block_tail(w, l, i);
+    for_positions(n, [&](uint32_t i) { block_tail(w, l, i); });
 }
 
 // 5.5 q/k norms, RoPE, cache write and attention, strictly in position order: with a ring of

@@ -49,7 +49,6 @@ private:
     std::shared_ptr<const FileBytes> bytes_;
     Needle2Geometry g_;
     uint32_t default_window_;  // effective header window, model-v2.md §4.2 (0 = full causal)
-    int n_threads_;
 
     std::vector<float> arena_;  // FP16 tensors and CQ norms converted to f32, LUTs, RoPE tables
     CqMatrix embedding_, phi_pre_, phi_post_, phi_res_;

@@ -1,13 +1,15 @@
-// Portable reference kernels (plain C++). The fixed 8-lane summation order of `dot8` is part of
-// the contract: every variant of cq_matmul must reproduce it so that batched prefill equals
-// sequential decode bit for bit (cq-kernels.md §7.1, §9).
-#include "kernels/kernels.h"
+// Portable reference kernels (plain C++), the "scalar" ISA: what NEEDLE_FORCE_ISA=scalar runs
+// and what the vectorised tables are tested against. cq_matmul decodes each group once and
+// applies it to every position with the same 8-lane summation order, so a matvec equals a row
+// of a batched matmul bit for bit (cq-kernels.md §7.1, §9).
+#include "kernels/kernel_table.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 namespace needle {
+namespace scalar {
 namespace {
 
 // sum_k a[k]*b[k], k < n (n % 8 == 0): lane k%8 accumulates, lanes summed left to right.
@@ -143,4 +145,11 @@ void attention_head(const float *q, const float *k_ring, const float *v_ring, ui
     }
 }
 
+const KernelTable &table() {
+    static const KernelTable t{"scalar", cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
+                               rms_unit, zcrms, rope, attention_head};
+    return t;
+}
+
+}  // namespace scalar
 }  // namespace needle

@@ -1,0 +1,113 @@
+// The one dispatch point: detects the CPU, honours NEEDLE_FORCE_ISA, and routes the public
+// kernel functions of kernels.h to the chosen table. Large CQ matmuls are split over rows with
+// oneTBB here (in whatever task_arena the caller runs); rows are independent, so results do not
+// depend on the thread count or the split.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+#include "kernels/kernel_table.h"
+
+namespace needle {
+namespace {
+
+struct Candidate {
+    const char *name;
+    bool supported;
+    const KernelTable &(*table)();
+};
+
+// Best first. __builtin_cpu_supports also checks that the OS enabled the AVX / AVX-512 register
+// state (libgcc reads XCR0), which xsimd 8.1's own detection does not.
+int candidates(Candidate *out) {
+    int n = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+#if defined(NEEDLE_HAVE_ISA_avx512)
+    out[n++] = {"avx512", __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"),
+                isa_avx512::table};
+#endif
+#if defined(NEEDLE_HAVE_ISA_avx2)
+    out[n++] = {"avx2", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), isa_avx2::table};
+#endif
+#if defined(NEEDLE_HAVE_ISA_sse4_2)
+    out[n++] = {"sse4_2", bool(__builtin_cpu_supports("sse4.2")), isa_sse4_2::table};
+#endif
+#elif defined(__aarch64__) && defined(NEEDLE_HAVE_ISA_neon)
+#if defined(__linux__)
+    out[n++] = {"neon", (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0, isa_neon::table};
+#else
+    out[n++] = {"neon", true, isa_neon::table};
+#endif
+#endif
+    out[n++] = {"scalar", true, scalar::table};
+    return n;
+}
+
+const KernelTable *pick() {
+    Candidate c[8];
+    const int n = candidates(c);
+    const char *forced = std::getenv("NEEDLE_FORCE_ISA");
+    if (forced && *forced) {
+        // A forced ISA is honoured only if this CPU runs it; otherwise the best one is used.
+        for (int i = 0; i < n; ++i)
+            if (std::strcmp(c[i].name, forced) == 0 && c[i].supported) return &c[i].table();
+    }
+    for (int i = 0; i < n; ++i)
+        if (c[i].supported) return &c[i].table();
+    return &scalar::table();
+}
+
+// Below this many multiply-adds a matmul runs on the calling thread: handing a small decode
+// matvec to another core costs more than it saves.
+constexpr uint64_t kParallelMinWork = uint64_t(1) << 18;
+// Target work per task.
+constexpr uint64_t kTaskWork = uint64_t(1) << 16;
+
+}  // namespace
+
+const KernelTable &active_kernels() {
+    static const KernelTable *t = pick();
+    return *t;
+}
+
+const char *kernel_isa() { return active_kernels().isa; }
+
+void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t group, float *xh) {
+    active_kernels().cq_prepare_input(x, cols, cols_pad, group, xh);
+}
+
+void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0,
+               uint32_t count, float *y, size_t y_stride) {
+    const KernelTable &k = active_kernels();
+    const uint64_t per_row = uint64_t(w.cols_pad) * n_pos;
+    if (per_row * count < kParallelMinWork || count < 2) {
+        k.cq_matmul(w, xh, xh_stride, n_pos, r0, count, y, y_stride);
+        return;
+    }
+    const uint32_t grain = uint32_t(kTaskWork / per_row) + 1;
+    tbb::parallel_for(tbb::blocked_range<uint32_t>(r0, r0 + count, grain),
+                      [&](const tbb::blocked_range<uint32_t> &rg) {
+                          k.cq_matmul(w, xh, xh_stride, n_pos, rg.begin(), rg.end() - rg.begin(),
+                                      y + (rg.begin() - r0), y_stride);
+                      });
+}
+
+void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out) { active_kernels().cq_dequantize_row(w, r, out); }
+void fwht(float *x, uint32_t m) { active_kernels().fwht(x, m); }
+void rms_unit(const float *x, uint32_t n, float *y) { active_kernels().rms_unit(x, n, y); }
+void zcrms(const float *x, const float *gamma, uint32_t n, float *y) { active_kernels().zcrms(x, gamma, n, y); }
+void rope(float *x, uint32_t dim, const float *c, const float *s) { active_kernels().rope(x, dim, c, s); }
+void attention_head(const float *q, const float *k_ring, const float *v_ring, uint32_t qk_dim, uint32_t v_dim,
+                    uint32_t ring, uint32_t lo, uint32_t hi, float *scores, float *out) {
+    active_kernels().attention_head(q, k_ring, v_ring, qk_dim, v_dim, ring, lo, hi, scores, out);
+}
+
+}  // namespace needle
