@@ -14,6 +14,10 @@
 
 #include <xsimd/xsimd.hpp>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/kernel_table.h"
 
 namespace needle {
@@ -57,9 +61,65 @@ inline void scale(float *x, float s, uint32_t n) {
     for (; k < n; ++k) x[k] *= s;
 }
 
-// Levels of one group's indices, norm not applied (cq-kernels.md §8): byte LUTs for widths 2
-// (and ternary) and 4, 24-bit loads for width 3.
-void decode_group(const CqMatrix &w, uint32_t r, uint32_t g, float *out) {
+// ---------------------------------------------------------------- CQ group decode (§8)
+
+#if defined(__AVX2__)
+// AVX2: 8 indices at a time, without tables in memory. The indices are shifted into the eight
+// 32-bit lanes and select levels with a lane permute (which reads the low 3 bits only, so the
+// 4-entry books are stored twice).
+struct Levels {
+    __m256 lo, hi;  // 2-bit/ternary: book twice in lo; 3-bit: book in lo; 4-bit: lo/hi halves
+    explicit Levels(const CqMatrix &w) {
+        if (w.width == 2) {
+            lo = _mm256_setr_ps(w.levels[0], w.levels[1], w.levels[2], w.levels[3], w.levels[0],
+                                w.levels[1], w.levels[2], w.levels[3]);
+            hi = lo;
+        } else {
+            lo = _mm256_loadu_ps(w.levels);
+            hi = w.width == 4 ? _mm256_loadu_ps(w.levels + 8) : lo;
+        }
+    }
+};
+
+// Levels of indices 8b .. 8b+7 of a group whose packed bytes start at `src` (8 indices take
+// `Width` bytes, little-endian).
+template <uint32_t Width>
+inline __m256 decode8(const Levels &lv, const uint8_t *src, uint32_t b) {
+    const uint8_t *p = src + b * Width;
+    uint32_t bits;
+    if (Width == 2) bits = uint32_t(p[0]) | uint32_t(p[1]) << 8;
+    else if (Width == 3) bits = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16;
+    else std::memcpy(&bits, p, 4);
+    const __m256i v = _mm256_set1_epi32(int(bits));
+    if (Width == 2)
+        return _mm256_permutevar8x32_ps(lv.lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)));
+    if (Width == 3)
+        return _mm256_permutevar8x32_ps(lv.lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21)));
+    const __m256i idx = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const __m256 a = _mm256_permutevar8x32_ps(lv.lo, idx), c = _mm256_permutevar8x32_ps(lv.hi, idx);
+    return _mm256_blendv_ps(a, c, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));  // bit 3 picks hi
+}
+
+template <uint32_t Width>
+void decode_group_w(const Levels &lv, const uint8_t *src, uint32_t group, float *out) {
+    for (uint32_t b = 0; b < group / 8; ++b) _mm256_storeu_ps(out + 8 * b, decode8<Width>(lv, src, b));
+}
+
+void decode_group(const CqMatrix &w, const Levels &lv, uint32_t r, uint32_t g, float *out) {
+    const uint8_t *src = w.packed + size_t(r) * w.row_bytes + size_t(g) * (w.group * w.width / 8);
+    switch (w.width) {
+    case 2: decode_group_w<2>(lv, src, w.group, out); break;
+    case 3: decode_group_w<3>(lv, src, w.group, out); break;
+    default: decode_group_w<4>(lv, src, w.group, out); break;
+    }
+}
+#else
+struct Levels {
+    explicit Levels(const CqMatrix &) {}
+};
+
+// Byte lookup tables for widths 2 (and ternary) and 4, 24-bit loads for width 3.
+void decode_group(const CqMatrix &w, const Levels &, uint32_t r, uint32_t g, float *out) {
     const uint32_t group_bytes = w.group * w.width / 8;
     const uint8_t *src = w.packed + size_t(r) * w.row_bytes + size_t(g) * group_bytes;
     if (w.width == 2) {
@@ -71,6 +131,48 @@ void decode_group(const CqMatrix &w, uint32_t r, uint32_t g, float *out) {
             const uint32_t bits = uint32_t(src[b]) | uint32_t(src[b + 1]) << 8 | uint32_t(src[b + 2]) << 16;
             for (uint32_t k = 0; k < 8; ++k) out[(b / 3) * 8 + k] = w.levels[(bits >> (3 * k)) & 7u];
         }
+    }
+}
+#endif
+
+// ---------------------------------------------------------------- group dots for up to 4 rows
+//
+// The summation order of one row's group dot is fixed: two accumulators take alternate W-wide
+// blocks, then acc0 + acc1 is reduced, then a scalar tail. dot_rows computes R <= 4 rows that
+// share one activation with exactly that per-row order, so blocking rows (and the thread split
+// that decides R) never changes a bit.
+constexpr uint32_t kRowBlock = 4;
+
+template <uint32_t R>
+inline void dot_rows_t(const float *const *u, const float *x, uint32_t n, float *out) {
+    Vec a0[R], a1[R];
+    for (uint32_t j = 0; j < R; ++j) a0[j] = Vec(0.0f), a1[j] = Vec(0.0f);
+    uint32_t k = 0;
+    for (; k + 2 * W <= n; k += 2 * W) {
+        const Vec x0 = load(x + k), x1 = load(x + k + W);
+        for (uint32_t j = 0; j < R; ++j) {
+            a0[j] = xsimd::fma(load(u[j] + k), x0, a0[j]);
+            a1[j] = xsimd::fma(load(u[j] + k + W), x1, a1[j]);
+        }
+    }
+    if (k + W <= n) {
+        const Vec x0 = load(x + k);
+        for (uint32_t j = 0; j < R; ++j) a0[j] = xsimd::fma(load(u[j] + k), x0, a0[j]);
+        k += W;
+    }
+    for (uint32_t j = 0; j < R; ++j) {
+        float s = xsimd::hadd(a0[j] + a1[j]);
+        for (uint32_t t = k; t < n; ++t) s += u[j][t] * x[t];
+        out[j] = s;
+    }
+}
+
+inline void dot_rows(const float *const *u, uint32_t rows, const float *x, uint32_t n, float *out) {
+    switch (rows) {
+    case 4: dot_rows_t<4>(u, x, n, out); break;
+    case 3: dot_rows_t<3>(u, x, n, out); break;
+    case 2: dot_rows_t<2>(u, x, n, out); break;
+    default: dot_rows_t<1>(u, x, n, out); break;
     }
 }
 
@@ -99,26 +201,95 @@ void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t
     for (uint32_t g = 0; g < cols_pad; g += group) fwht(xh + g, group);
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define NEEDLE_FUSED_DECODE 1
+// Decode-step fast path (one position): the same per-row FMA sequence as dot_rows_t, with each
+// weight block decoded straight into a register instead of through the scratch group. Requires
+// W == 8 (one decode8 block per vector), i.e. the AVX2 build.
+template <uint32_t R, uint32_t Width>
+inline void fused_rows_t(const Levels &lv, const uint8_t *const *src, const float *x, uint32_t n, float *out) {
+    Vec a0[R], a1[R];
+    for (uint32_t j = 0; j < R; ++j) a0[j] = Vec(0.0f), a1[j] = Vec(0.0f);
+    uint32_t k = 0;
+    for (; k + 2 * W <= n; k += 2 * W) {
+        const Vec x0 = load(x + k), x1 = load(x + k + W);
+        for (uint32_t j = 0; j < R; ++j) {
+            a0[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
+            a1[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8 + 1)), x1, a1[j]);
+        }
+    }
+    if (k + W <= n) {
+        const Vec x0 = load(x + k);
+        for (uint32_t j = 0; j < R; ++j) a0[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
+        k += W;
+    }
+    for (uint32_t j = 0; j < R; ++j) out[j] = xsimd::hadd(a0[j] + a1[j]);  // no tail: group % 8 == 0
+}
+
+template <uint32_t Width>
+void fused_rows_w(const Levels &lv, const uint8_t *const *src, uint32_t rows, const float *x, uint32_t n, float *out) {
+    switch (rows) {
+    case 4: fused_rows_t<4, Width>(lv, src, x, n, out); break;
+    case 3: fused_rows_t<3, Width>(lv, src, x, n, out); break;
+    case 2: fused_rows_t<2, Width>(lv, src, x, n, out); break;
+    default: fused_rows_t<1, Width>(lv, src, x, n, out); break;
+    }
+}
+
+// One position: y[r - r0] for the row block, decode fused into the dot.
+void cq_matvec_fused(const CqMatrix &w, const Levels &lv, const float *xh, uint32_t rb, uint32_t R, float *yb) {
+    const uint32_t gbytes = w.group * w.width / 8;
+    for (uint32_t j = 0; j < R; ++j) yb[j] = 0.0f;
+    for (uint32_t g = 0; g < w.ngroups; ++g) {
+        const uint8_t *src[kRowBlock];
+        for (uint32_t j = 0; j < R; ++j) src[j] = w.packed + size_t(rb + j) * w.row_bytes + size_t(g) * gbytes;
+        float s[kRowBlock];
+        const float *xg = xh + size_t(g) * w.group;
+        switch (w.width) {
+        case 2: fused_rows_w<2>(lv, src, R, xg, w.group, s); break;
+        case 3: fused_rows_w<3>(lv, src, R, xg, w.group, s); break;
+        default: fused_rows_w<4>(lv, src, R, xg, w.group, s); break;
+        }
+        for (uint32_t j = 0; j < R; ++j) yb[j] += w.norms[size_t(rb + j) * w.ngroups + g] * s[j];
+    }
+}
+#endif
+
 void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0,
                uint32_t count, float *y, size_t y_stride) {
-    alignas(64) float ug[4096];  // group <= 4096 is a loader rule
-    for (uint32_t r = r0; r < r0 + count; ++r) {
-        const float *nrm = w.norms + size_t(r) * w.ngroups;
-        float *yr = y + (r - r0);
-        for (size_t p = 0; p < n_pos; ++p) yr[p * y_stride] = 0.0f;
+    alignas(64) float ug[kRowBlock][4096];  // decoded groups of a row block; group <= 4096 (loader)
+    const Levels lv(w);
+    const float *u[kRowBlock] = {ug[0], ug[1], ug[2], ug[3]};
+    for (uint32_t rb = r0; rb < r0 + count; rb += kRowBlock) {
+        const uint32_t R = (r0 + count - rb) < kRowBlock ? (r0 + count - rb) : kRowBlock;
+        float *yb = y + (rb - r0);
+#if defined(NEEDLE_FUSED_DECODE)
+        if (n_pos == 1) {
+            cq_matvec_fused(w, lv, xh, rb, R, yb);
+            continue;
+        }
+#endif
+        for (size_t p = 0; p < n_pos; ++p)
+            for (uint32_t j = 0; j < R; ++j) yb[p * y_stride + j] = 0.0f;
         for (uint32_t g = 0; g < w.ngroups; ++g) {
-            decode_group(w, r, g, ug);
+            // Each group is decoded once and serves every position (§9).
+            for (uint32_t j = 0; j < R; ++j) decode_group(w, lv, rb + j, g, ug[j]);
             const float *xg = xh + size_t(g) * w.group;
-            for (size_t p = 0; p < n_pos; ++p)
-                yr[p * y_stride] += nrm[g] * dot(ug, xg + p * xh_stride, w.group);  // norm after dot (§7)
+            for (size_t p = 0; p < n_pos; ++p) {
+                float s[kRowBlock];
+                dot_rows(u, R, xg + p * xh_stride, w.group, s);
+                for (uint32_t j = 0; j < R; ++j)  // norm after the group dot (§7)
+                    yb[p * y_stride + j] += w.norms[size_t(rb + j) * w.ngroups + g] * s[j];
+            }
         }
     }
 }
 
 void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out) {
     alignas(64) float buf[4096];
+    const Levels lv(w);
     for (uint32_t g = 0; g < w.ngroups; ++g) {
-        decode_group(w, r, g, buf);
+        decode_group(w, lv, r, g, buf);
         scale(buf, w.norms[size_t(r) * w.ngroups + g], w.group);
         fwht(buf, w.group);
         const uint32_t c0 = g * w.group;
