@@ -1,0 +1,197 @@
+// Test runner for the C# bindings: mono Tests.exe. Prints one line per failure and a final
+// "N passed, N failed"; exits non-zero on any failure. Fixtures: $NEEDLE_FIXTURES, else
+// ../shared/fixtures relative to the repository root (found from this executable's folder).
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Runtime.InteropServices;
+using Needle;
+
+static class Tests
+{
+    const uint Bos = 2;
+    static string fixtures;
+
+    static void Assert(bool ok, string what) { if (!ok) throw new Exception("assertion failed: " + what); }
+
+    static NeedleException Throws(Status want, Action a)
+    {
+        try { a(); }
+        catch (NeedleException e)
+        {
+            Assert(e.Status == want, $"status {e.Status}, want {want} ({e.Message})");
+            return e;
+        }
+        throw new Exception($"no NeedleException, want {want}");
+    }
+
+    static Model Tiny() => new Model(Path.Combine(fixtures, "v2", "models", "tiny.cact"));
+
+    static int Argmax(float[] xs)
+    {
+        int best = 0;
+        for (int i = 1; i < xs.Length; i++) if (xs[i] > xs[best]) best = i;
+        return best;
+    }
+
+    static string Generate(Model m, GenerateOptions o, out GenerateResult r)
+    {
+        using (var s = m.NewState()) { r = s.Generate("Hello", o); return r.Text; }
+    }
+
+    static readonly List<KeyValuePair<string, Action>> cases = new List<KeyValuePair<string, Action>>
+    {
+        Case("missing file is IO", () =>
+        {
+            var e = Throws(Status.Io, () => new Model("/nonexistent/dir/model.cact"));
+            Assert(e.Message.Contains("nonexistent"), e.Message);
+        }),
+        Case("garbage file is FORMAT", () =>
+        {
+            string path = Path.GetTempFileName();
+            File.WriteAllText(path, string.Concat(System.Linq.Enumerable.Repeat("not a needle container", 10)));
+            try { Assert(Throws(Status.Format, () => new Model(path)).Message.Length > 0, "message"); }
+            finally { File.Delete(path); }
+            Throws(Status.Format, () => Model.FromBytes(new byte[] { 1, 2, 3 }));
+        }),
+        Case("ABI guard", () =>
+        {
+            Assert(NativeMethods.needle_check_abi(999) == 4, "needle_check_abi(999) == 4");
+            Assert(NativeMethods.needle_check_abi(NativeMethods.AbiVersion) == 0, "check_abi(1) == 0");
+            Assert(Throws(Status.Unsupported, () => Library.CheckAbi(999)).Message.Contains("999"), "message names 999");
+            Assert(Library.AbiVersion == NativeMethods.AbiVersion && Library.Version.Length > 0, "versions");
+        }),
+        Case("struct layouts match needle.h", () =>
+        {
+            Assert(Marshal.SizeOf(typeof(NativeMethods.GenerateParams)) == 40, "generate params 40");
+            Assert(Marshal.SizeOf(typeof(NativeMethods.GenerateResult)) == 32, "generate result 32");
+            Assert(Marshal.SizeOf(typeof(NativeMethods.ModelInfo)) == 88, "model info 88");
+            Assert(Marshal.OffsetOf(typeof(NativeMethods.GenerateParams), "seed").ToInt32() == 24, "seed at 24");
+        }),
+        Case("info and tokenizer", () =>
+        {
+            using (var m = Tiny())
+            {
+                Assert(m.Info.VocabSize == 1024 && m.Info.DModel == 128 && m.Info.BosId == Bos && m.Info.HasTokenizer, "info");
+                string text = "The quick brown fox, caf\u00e9 \u2603";
+                var ids = m.Tokenize(text, true);
+                Assert(ids[0] == Bos, "BOS first");
+                Assert(m.Detokenize(ids) == text, "roundtrip");
+            }
+        }),
+        Case("BOS logits match reference", () =>
+        {
+            var raw = File.ReadAllBytes(Path.Combine(fixtures, "v2", "refs", "tiny", "empty.full.f32"));
+            var reference = new float[1024];
+            Buffer.BlockCopy(raw, 0, reference, 0, 4096); // little-endian host
+            using (var m = Tiny())
+            using (var s = m.NewState())
+            {
+                var logits = s.Decode(Bos);
+                Assert(s.Position == 1, "pos 1");
+                Assert(Argmax(logits) == Argmax(reference), "argmax");
+                for (int i = 0; i < 1024; i++)
+                    Assert(Math.Abs(logits[i] - reference[i]) <= 1e-4, $"logit {i}: {logits[i]} vs {reference[i]}");
+            }
+        }),
+        Case("raw FFI equals safe API", () =>
+        {
+            using (var m = Tiny())
+            {
+                StateHandle raw;
+                Assert(NativeMethods.needle_state_create(m.Handle, out raw) == 0, "raw create");
+                var a = new float[1024];
+                using (raw) Assert(NativeMethods.needle_state_decode(raw, Bos, a, (UIntPtr)1024) == 0, "raw decode");
+                float[] b;
+                using (var s = m.NewState()) b = s.Decode(Bos);
+                for (int i = 0; i < 1024; i++) Assert(a[i] == b[i], $"logit {i}");
+            }
+        }),
+        Case("batched prefill equals decode", () =>
+        {
+            using (var m = Tiny())
+            using (var a = m.NewState())
+            using (var b = m.NewState())
+            using (var batch = m.NewBatch(4))
+            {
+                var ids = m.Tokenize("hello there, general", true);
+                float[] last = null;
+                foreach (var id in ids) last = a.Decode(id);
+                var chunked = new float[1024];
+                b.Prefill(ids, batch, chunked);
+                Assert(a.Position == b.Position, "positions");
+                for (int i = 0; i < 1024; i++) Assert(last[i] == chunked[i], $"logit {i}");
+            }
+        }),
+        Case("errors carry status and message", () =>
+        {
+            using (var m = Tiny())
+            using (var s = m.NewState())
+            {
+                Assert(Throws(Status.InvalidArgument, () => s.Decode(5000, null)).Message.Contains("vocab_size"), "message");
+                Throws(Status.BufferTooSmall, () => s.Decode(Bos, new float[10]));
+                Throws(Status.ContextFull, () => s.Prefill(new uint[m.Info.MaxSeqLen + 1], null, null));
+                Assert(s.Position == 0, "state unchanged");
+            }
+        }),
+        Case("seeded generation is reproducible", () =>
+        {
+            using (var m = Tiny())
+            {
+                var o = new GenerateOptions { MaxTokens = 16, Temperature = 0.8f, Seed = 7 };
+                GenerateResult r1, r2;
+                string a = Generate(m, o, out r1), b = Generate(m, o, out r2);
+                Assert(a == b && r1.GeneratedTokens > 0, $"'{a}' vs '{b}'");
+                Assert(m.Detokenize(r1.Tokens) == a, "detokenize equals stream");
+            }
+        }),
+        Case("callback stop and exception", () =>
+        {
+            using (var m = Tiny())
+            using (var s = m.NewState())
+            {
+                int n = 0;
+                var r = s.Generate("Hello", null, null, (id, text) => ++n == 3);
+                Assert(r.StopReason == StopReason.Callback && r.GeneratedTokens == 3, "stopped after 3");
+                bool caught = false;
+                try { s.Generate(" more", null, null, (id, text) => { throw new InvalidOperationException("from callback"); }); }
+                catch (InvalidOperationException e) { caught = e.Message == "from callback"; }
+                Assert(caught, "callback exception rethrown");
+                s.Decode(Bos, null);
+            }
+        }),
+        Case("handles dispose in any order", () =>
+        {
+            var m = Tiny();
+            var s = m.NewState();
+            var batch = m.NewBatch(8);
+            m.Dispose(); // the C library keeps the model alive for s and batch
+            m.Dispose();
+            var r = s.Generate("Hello", new GenerateOptions { MaxTokens = 4 }, batch);
+            Assert(r.GeneratedTokens == 4, "generated 4");
+            Assert(s.Decode(Bos).Length == 1024, "decode after model dispose");
+            batch.Dispose();
+            s.Dispose();
+            bool disposed = false;
+            try { s.Decode(Bos); } catch (ObjectDisposedException) { disposed = true; }
+            Assert(disposed, "use after dispose throws ObjectDisposedException");
+        }),
+    };
+
+    static KeyValuePair<string, Action> Case(string name, Action a) => new KeyValuePair<string, Action>(name, a);
+
+    static int Main()
+    {
+        fixtures = Environment.GetEnvironmentVariable("NEEDLE_FIXTURES");
+        if (string.IsNullOrEmpty(fixtures)) // <repo>/bindings/csharp/bin/Tests.exe -> <repo>/../shared/fixtures
+            fixtures = Path.GetFullPath(Path.Combine(AppDomain.CurrentDomain.BaseDirectory, "..", "..", "..", "..", "shared", "fixtures"));
+        int passed = 0, failed = 0;
+        foreach (var c in cases)
+        {
+            try { c.Value(); passed++; }
+            catch (Exception e) { failed++; Console.WriteLine($"FAIL {c.Key}: {e.Message}"); }
+        }
+        Console.WriteLine($"{passed} passed, {failed} failed");
+        return failed == 0 ? 0 : 1;
+    }
+}

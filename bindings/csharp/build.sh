@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds Needle.dll, Example.exe and Tests.exe with mono's mcs into $OUT (default ./bin).
+# Run them with the library on the loader path:  LD_LIBRARY_PATH=<libdir> mono bin/Tests.exe
+set -euo pipefail
+cd "$(dirname "$0")"
+out="${OUT:-bin}"
+mkdir -p "$out"
+mcs -nologo -warnaserror -target:library -out:"$out/Needle.dll" Needle.cs
+mcs -nologo -warnaserror -r:"$out/Needle.dll" -out:"$out/Example.exe" Example.cs
+mcs -nologo -warnaserror -r:"$out/Needle.dll" -r:System.Core.dll -out:"$out/Tests.exe" Tests.cs

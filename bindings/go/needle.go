@@ -1,0 +1,481 @@
+// Package needle binds libneedle, the Needle inference engine, through cgo.
+//
+//	m, err := needle.Load("model.cact")
+//	s, err := m.NewState()
+//	res, err := s.Generate("Hello", needle.DefaultGenerateParams(), nil, func(id uint32, text string) bool { fmt.Print(text); return false })
+//
+// Model is safe for concurrent use; State and Batch are used by one goroutine at a time.
+// Every handle has an explicit Close (idempotent) and a finalizer as a safety net. Handles may be
+// closed in any order: the C library keeps a model alive while its states and batches exist.
+//
+// Failures are *Error values with the Status and the library's message. The message is copied
+// inside the same cgo call that failed (see wrap.c), because needle_last_error is per OS thread.
+//
+// Building: the #cgo directives point at ../../include and ../../build (with an rpath). For
+// another library location set CGO_CFLAGS=-I<prefix>/include and
+// CGO_LDFLAGS="-L<libdir> -Wl,-rpath,<libdir>" (or LD_LIBRARY_PATH=<libdir> at run time).
+package needle
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo LDFLAGS: -L${SRCDIR}/../../build -Wl,-rpath,${SRCDIR}/../../build -lneedle
+#include <stdlib.h>
+#include "wrap.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// ABIVersion is the NEEDLE_ABI_VERSION these bindings were written against.
+const ABIVersion = 1
+
+// Status is a needle_status code.
+type Status int32
+
+// Status codes of needle.h.
+const (
+	OK                 Status = 0
+	ErrInvalidArgument Status = 1
+	ErrIO              Status = 2
+	ErrFormat          Status = 3
+	ErrUnsupported     Status = 4
+	ErrNoMemory        Status = 5
+	ErrContextFull     Status = 6
+	ErrBufferTooSmall  Status = 7
+	ErrCancelled       Status = 8
+	ErrInternal        Status = 9
+)
+
+// String is the library's short description of the code.
+func (s Status) String() string { return C.GoString(C.needle_status_string(C.needle_status(s))) }
+
+// StopReason tells why Generate stopped (NEEDLE_STOP_*).
+type StopReason uint32
+
+const (
+	StopNone        StopReason = 0
+	StopEOS         StopReason = 1
+	StopMaxTokens   StopReason = 2
+	StopContextFull StopReason = 3
+	StopCallback    StopReason = 4 // the callback returned true
+)
+
+// NoToken is the id passed to a Generate callback for the final U+FFFD flush.
+const NoToken = 0xFFFFFFFF
+
+// Error is a failed libneedle call.
+type Error struct {
+	Status  Status
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("needle: %s (status %d): %s", e.Status, int32(e.Status), e.Message)
+}
+
+// errBuf receives the message of a failing call (the library keeps at most 1023 bytes).
+type errBuf [1024]byte
+
+func (b *errBuf) ptr() *C.char   { return (*C.char)(unsafe.Pointer(&b[0])) }
+func (b *errBuf) size() C.size_t { return C.size_t(len(b)) }
+
+// check turns a status into an error carrying the message copied into b.
+func (b *errBuf) check(st C.needle_status) error {
+	if st == 0 {
+		return nil
+	}
+	return &Error{Status: Status(st), Message: C.GoString(b.ptr())}
+}
+
+func closedError(what string) error {
+	return &Error{Status: ErrInvalidArgument, Message: what + " is closed"}
+}
+
+// Version is the library version, e.g. "0.1.0".
+func Version() string { return C.GoString(C.needle_version_string()) }
+
+// LibraryABIVersion is the ABI version the loaded library implements.
+func LibraryABIVersion() uint32 { return uint32(C.needle_abi_version()) }
+
+// CheckABI returns an *Error with ErrUnsupported unless the library implements ABI `expected`.
+func CheckABI(expected uint32) error {
+	var eb errBuf
+	return eb.check(C.ngo_check_abi(C.uint32_t(expected), eb.ptr(), eb.size()))
+}
+
+// abiErr is the result of the load-time ABI check; every Load returns it when set.
+var abiErr = CheckABI(ABIVersion)
+
+// ---------------------------------------------------------------- model
+
+// LoadOptions are the load parameters; the zero value gives the defaults.
+type LoadOptions struct {
+	NoMmap   bool // read the file into memory instead of mapping it
+	NThreads int  // worker threads for the model's kernels; 0 = all cores
+}
+
+// ModelInfo is the geometry and special ids of a model.
+type ModelInfo struct {
+	FormatVersion, VocabSize, DModel, NumLayers, NumHeads, NumKVHeads uint32
+	HeadDim, VHeadDim, MaxSeqLen, KVWindow, MHCLanes, NumEngramSites  uint32
+	BOSID, EOSID, PadID, UnkID                                        uint32
+	HasTokenizer                                                      bool
+	WeightBytes, FileBytes                                            uint64
+}
+
+// Model is a loaded .cact container, immutable and safe for concurrent use.
+type Model struct {
+	ptr  *C.needle_model
+	info ModelInfo
+}
+
+// Load loads a container file with default options.
+func Load(path string) (*Model, error) { return LoadWithOptions(path, LoadOptions{}) }
+
+// LoadWithOptions loads a container file.
+func LoadWithOptions(path string, o LoadOptions) (*Model, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	mmap := C.int32_t(1)
+	if o.NoMmap {
+		mmap = 0
+	}
+	var eb errBuf
+	var out *C.needle_model
+	var info C.needle_model_info
+	st := C.ngo_model_load_file(cpath, mmap, C.int32_t(o.NThreads), &out, &info, eb.ptr(), eb.size())
+	return newModel(out, &info, eb.check(st))
+}
+
+// LoadMemory loads a container from bytes (which the library copies).
+func LoadMemory(data []byte, o LoadOptions) (*Model, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	var p unsafe.Pointer
+	if len(data) > 0 {
+		p = unsafe.Pointer(&data[0])
+	}
+	var eb errBuf
+	var out *C.needle_model
+	var info C.needle_model_info
+	st := C.ngo_model_load_memory(p, C.size_t(len(data)), C.int32_t(o.NThreads), &out, &info,
+		eb.ptr(), eb.size())
+	return newModel(out, &info, eb.check(st))
+}
+
+func newModel(ptr *C.needle_model, i *C.needle_model_info, err error) (*Model, error) {
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{ptr: ptr, info: ModelInfo{
+		FormatVersion: uint32(i.format_version), VocabSize: uint32(i.vocab_size),
+		DModel: uint32(i.d_model), NumLayers: uint32(i.num_layers), NumHeads: uint32(i.num_heads),
+		NumKVHeads: uint32(i.num_kv_heads), HeadDim: uint32(i.head_dim),
+		VHeadDim: uint32(i.v_head_dim), MaxSeqLen: uint32(i.max_seq_len),
+		KVWindow: uint32(i.kv_window), MHCLanes: uint32(i.mhc_lanes),
+		NumEngramSites: uint32(i.num_engram_sites), BOSID: uint32(i.bos_id),
+		EOSID: uint32(i.eos_id), PadID: uint32(i.pad_id), UnkID: uint32(i.unk_id),
+		HasTokenizer: i.has_tokenizer != 0, WeightBytes: uint64(i.weight_bytes),
+		FileBytes: uint64(i.file_bytes),
+	}}
+	runtime.SetFinalizer(m, (*Model).Close)
+	return m, nil
+}
+
+// Info is the model's geometry and ids.
+func (m *Model) Info() ModelInfo { return m.info }
+
+// Close releases the model. States and batches made from it stay usable. Idempotent.
+func (m *Model) Close() error {
+	if m.ptr != nil {
+		C.needle_model_free(m.ptr)
+		m.ptr = nil
+		runtime.SetFinalizer(m, nil)
+	}
+	return nil
+}
+
+// Tokenize encodes text with the model's tokenizer.
+func (m *Model) Tokenize(text string, addBOS bool) ([]uint32, error) {
+	if m.ptr == nil {
+		return nil, closedError("model")
+	}
+	b := []byte(text)
+	var tp *C.char
+	if len(b) > 0 {
+		tp = (*C.char)(unsafe.Pointer(&b[0]))
+	}
+	bos := C.int(0)
+	if addBOS {
+		bos = 1
+	}
+	ids := make([]uint32, len(b)+8) // a first guess; the library reports the exact need
+	for {
+		var n C.size_t
+		var eb errBuf
+		st := C.ngo_tokenize(m.ptr, tp, C.size_t(len(b)), bos, (*C.uint32_t)(&ids[0]),
+			C.size_t(len(ids)), &n, eb.ptr(), eb.size())
+		runtime.KeepAlive(m)
+		if Status(st) == ErrBufferTooSmall && int(n) > len(ids) {
+			ids = make([]uint32, int(n))
+			continue
+		}
+		if err := eb.check(st); err != nil {
+			return nil, err
+		}
+		return ids[:int(n)], nil
+	}
+}
+
+// Detokenize decodes ids to text.
+func (m *Model) Detokenize(ids []uint32) (string, error) {
+	if m.ptr == nil {
+		return "", closedError("model")
+	}
+	var ip *C.uint32_t
+	if len(ids) > 0 {
+		ip = (*C.uint32_t)(&ids[0])
+	}
+	var n C.size_t
+	var eb errBuf
+	st := C.ngo_detokenize(m.ptr, ip, C.size_t(len(ids)), nil, 0, &n, eb.ptr(), eb.size())
+	if Status(st) != ErrBufferTooSmall {
+		if err := eb.check(st); err != nil {
+			return "", err
+		}
+	}
+	buf := make([]byte, int(n)+1)
+	st = C.ngo_detokenize(m.ptr, ip, C.size_t(len(ids)), (*C.char)(unsafe.Pointer(&buf[0])),
+		C.size_t(len(buf)), &n, eb.ptr(), eb.size())
+	runtime.KeepAlive(m)
+	if err := eb.check(st); err != nil {
+		return "", err
+	}
+	return string(buf[:int(n)]), nil
+}
+
+// NewState creates an empty sequence with the model's attention window.
+func (m *Model) NewState() (*State, error) { return m.NewStateWindow(-1) }
+
+// NewStateWindow creates an empty sequence: kvWindow -1 = the model's window, 0 = full causal
+// attention, > 0 = this window in tokens.
+func (m *Model) NewStateWindow(kvWindow int32) (*State, error) {
+	if m.ptr == nil {
+		return nil, closedError("model")
+	}
+	var eb errBuf
+	var out *C.needle_state
+	st := C.ngo_state_create(m.ptr, C.int32_t(kvWindow), &out, eb.ptr(), eb.size())
+	runtime.KeepAlive(m)
+	if err := eb.check(st); err != nil {
+		return nil, err
+	}
+	// needle.h has no state -> model accessor: remember the logits size here.
+	s := &State{ptr: out, vocabSize: m.info.VocabSize}
+	runtime.SetFinalizer(s, (*State).Close)
+	return s, nil
+}
+
+// NewBatch creates prefill scratch for chunks of up to capacity positions.
+func (m *Model) NewBatch(capacity uint32) (*Batch, error) {
+	if m.ptr == nil {
+		return nil, closedError("model")
+	}
+	var eb errBuf
+	var out *C.needle_batch
+	st := C.ngo_batch_create(m.ptr, C.uint32_t(capacity), &out, eb.ptr(), eb.size())
+	runtime.KeepAlive(m)
+	if err := eb.check(st); err != nil {
+		return nil, err
+	}
+	b := &Batch{ptr: out}
+	runtime.SetFinalizer(b, (*Batch).Close)
+	return b, nil
+}
+
+// ---------------------------------------------------------------- batch
+
+// Batch is prefill scratch; it serves any state of its model, one goroutine at a time.
+type Batch struct{ ptr *C.needle_batch }
+
+// Close frees the batch. Idempotent.
+func (b *Batch) Close() error {
+	if b.ptr != nil {
+		C.needle_batch_free(b.ptr)
+		b.ptr = nil
+		runtime.SetFinalizer(b, nil)
+	}
+	return nil
+}
+
+func (b *Batch) raw() *C.needle_batch {
+	if b == nil {
+		return nil
+	}
+	return b.ptr
+}
+
+// ---------------------------------------------------------------- state
+
+// State is one sequence (position, history, caches). Not safe for concurrent use.
+type State struct {
+	ptr       *C.needle_state
+	vocabSize uint32
+}
+
+// Close frees the state. Idempotent.
+func (s *State) Close() error {
+	if s.ptr != nil {
+		C.needle_state_free(s.ptr)
+		s.ptr = nil
+		runtime.SetFinalizer(s, nil)
+	}
+	return nil
+}
+
+// VocabSize is the length a logits buffer needs.
+func (s *State) VocabSize() int { return int(s.vocabSize) }
+
+// Pos is the number of tokens fed so far.
+func (s *State) Pos() uint32 {
+	p := uint32(C.needle_state_pos(s.ptr))
+	runtime.KeepAlive(s)
+	return p
+}
+
+// Reset rewinds the sequence to position 0.
+func (s *State) Reset() {
+	C.needle_state_reset(s.ptr)
+	runtime.KeepAlive(s)
+}
+
+func floats(buf []float32) (*C.float, C.size_t) {
+	if len(buf) == 0 {
+		return nil, 0
+	}
+	return (*C.float)(&buf[0]), C.size_t(len(buf))
+}
+
+// Decode feeds one token; logits (nil = skip the LM head) receives the next-token logits and
+// must hold at least VocabSize floats.
+func (s *State) Decode(token uint32, logits []float32) error {
+	if s.ptr == nil {
+		return closedError("state")
+	}
+	lp, ln := floats(logits)
+	var eb errBuf
+	st := C.ngo_decode(s.ptr, C.uint32_t(token), lp, ln, eb.ptr(), eb.size())
+	runtime.KeepAlive(s)
+	return eb.check(st)
+}
+
+// DecodeLogits feeds one token and returns the next-token logits.
+func (s *State) DecodeLogits(token uint32) ([]float32, error) {
+	logits := make([]float32, s.vocabSize)
+	if err := s.Decode(token, logits); err != nil {
+		return nil, err
+	}
+	return logits, nil
+}
+
+// Prefill feeds tokens, in chunks through batch when not nil; logits (nil = skip) receives the
+// last position's logits.
+func (s *State) Prefill(tokens []uint32, batch *Batch, logits []float32) error {
+	if s.ptr == nil {
+		return closedError("state")
+	}
+	var tp *C.uint32_t
+	if len(tokens) > 0 {
+		tp = (*C.uint32_t)(&tokens[0])
+	}
+	lp, ln := floats(logits)
+	var eb errBuf
+	st := C.ngo_prefill(s.ptr, batch.raw(), tp, C.size_t(len(tokens)), lp, ln, eb.ptr(), eb.size())
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(batch)
+	return eb.check(st)
+}
+
+// GenerateParams are the generation options; start from DefaultGenerateParams().
+type GenerateParams struct {
+	MaxTokens   uint32  // generated-token budget
+	Temperature float32 // 0 = greedy; > 0 samples
+	TopK        int32   // 0 = all tokens
+	TopP        float32 // 1 = all tokens
+	Seed        uint64  // sampling is deterministic for a seed
+	AddBOS      bool    // prepend BOS when the state is at position 0
+}
+
+// DefaultGenerateParams are the library's defaults (128 tokens, greedy, BOS).
+func DefaultGenerateParams() GenerateParams {
+	var p C.needle_generate_params
+	C.needle_generate_params_init(&p)
+	return GenerateParams{MaxTokens: uint32(p.max_tokens), Temperature: float32(p.temperature),
+		TopK: int32(p.top_k), TopP: float32(p.top_p), Seed: uint64(p.seed), AddBOS: p.add_bos != 0}
+}
+
+// GenerateResult holds the figures of one Generate call.
+type GenerateResult struct {
+	PromptTokens, GeneratedTokens uint32
+	StopReason                    StopReason
+	PrefillMs, DecodeMs           float64
+}
+
+// Generate feeds prompt (no chat template) and generates. callback (may be nil) gets each token
+// id and the text it completes (NoToken for a final U+FFFD flush); returning true stops, which
+// is not an error (StopCallback). A panic in the callback stops generation and is re-raised
+// here once the C call has returned.
+func (s *State) Generate(prompt string, p GenerateParams, batch *Batch,
+	callback func(token uint32, text string) bool) (GenerateResult, error) {
+	if s.ptr == nil {
+		return GenerateResult{}, closedError("state")
+	}
+	var cp C.needle_generate_params
+	C.needle_generate_params_init(&cp)
+	cp.max_tokens = C.uint32_t(p.MaxTokens)
+	cp.temperature = C.float(p.Temperature)
+	cp.top_k = C.int32_t(p.TopK)
+	cp.top_p = C.float(p.TopP)
+	cp.seed = C.uint64_t(p.Seed)
+	cp.add_bos = 0
+	if p.AddBOS {
+		cp.add_bos = 1
+	}
+	b := []byte(prompt)
+	var pp *C.char
+	if len(b) > 0 {
+		pp = (*C.char)(unsafe.Pointer(&b[0]))
+	}
+	var handle uintptr
+	var ctx *callbackContext
+	if callback != nil {
+		ctx = &callbackContext{fn: callback}
+		handle = register(ctx)
+		defer unregister(handle)
+	}
+	var r C.needle_generate_result
+	r.struct_size = C.uint32_t(unsafe.Sizeof(r))
+	var eb errBuf
+	st := C.ngo_generate(s.ptr, batch.raw(), pp, C.size_t(len(b)), &cp, C.uintptr_t(handle), &r,
+		eb.ptr(), eb.size())
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(batch)
+	if ctx != nil && ctx.panicked {
+		panic(ctx.panicValue)
+	}
+	res := GenerateResult{PromptTokens: uint32(r.prompt_tokens),
+		GeneratedTokens: uint32(r.generated_tokens), StopReason: StopReason(r.stop_reason),
+		PrefillMs: float64(r.prefill_ms), DecodeMs: float64(r.decode_ms)}
+	if Status(st) == ErrCancelled {
+		return res, nil
+	}
+	return res, eb.check(st)
+}

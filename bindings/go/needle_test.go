@@ -1,0 +1,288 @@
+package needle
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const bos = 2
+
+// fixtures is $NEEDLE_FIXTURES, else ../shared/fixtures relative to the repository root.
+func fixtures() string {
+	if d := os.Getenv("NEEDLE_FIXTURES"); d != "" {
+		return d
+	}
+	return filepath.Join("..", "..", "..", "shared", "fixtures")
+}
+
+func tiny(t *testing.T) *Model {
+	t.Helper()
+	m, err := Load(filepath.Join(fixtures(), "v2", "models", "tiny.cact"))
+	if err != nil {
+		t.Fatalf("load tiny.cact: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func wantStatus(t *testing.T, err error, want Status) *Error {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("want *Error with status %d, got %v", want, err)
+	}
+	if e.Status != want {
+		t.Fatalf("status %d, want %d (%s)", e.Status, want, e.Message)
+	}
+	return e
+}
+
+func argmax(xs []float32) int {
+	best := 0
+	for i, x := range xs {
+		if x > xs[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+func TestLoadFailures(t *testing.T) {
+	_, err := Load("/nonexistent/dir/model.cact")
+	if e := wantStatus(t, err, ErrIO); !strings.Contains(e.Message, "nonexistent") {
+		t.Errorf("message %q", e.Message)
+	}
+	path := filepath.Join(t.TempDir(), "garbage.cact")
+	if err := os.WriteFile(path, []byte(strings.Repeat("not a needle container", 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path)
+	if e := wantStatus(t, err, ErrFormat); e.Message == "" {
+		t.Error("empty message")
+	}
+	_, err = LoadMemory([]byte("garbage"), LoadOptions{})
+	wantStatus(t, err, ErrFormat)
+}
+
+func TestABIGuard(t *testing.T) {
+	if st := rawCheckABI(999); st != int32(ErrUnsupported) {
+		t.Errorf("needle_check_abi(999) = %d, want 4", st)
+	}
+	if st := rawCheckABI(ABIVersion); st != 0 {
+		t.Errorf("needle_check_abi(%d) = %d", ABIVersion, st)
+	}
+	e := wantStatus(t, CheckABI(999), ErrUnsupported)
+	if !strings.Contains(e.Message, "999") {
+		t.Errorf("message %q", e.Message)
+	}
+	if abiErr != nil || LibraryABIVersion() != ABIVersion || Version() == "" {
+		t.Errorf("abi %v %d %q", abiErr, LibraryABIVersion(), Version())
+	}
+}
+
+func TestInfoAndTokenizer(t *testing.T) {
+	m := tiny(t)
+	if i := m.Info(); i.VocabSize != 1024 || i.DModel != 128 || i.BOSID != bos || !i.HasTokenizer {
+		t.Fatalf("info %+v", i)
+	}
+	text := "The quick brown fox, café ☃"
+	ids, err := m.Tokenize(text, true)
+	if err != nil || ids[0] != bos {
+		t.Fatalf("tokenize: %v %v", ids, err)
+	}
+	if back, err := m.Detokenize(ids); err != nil || back != text {
+		t.Fatalf("detokenize: %q %v", back, err)
+	}
+}
+
+func TestBOSLogitsMatchReference(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(fixtures(), "v2", "refs", "tiny", "empty.full.f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := make([]float32, 1024)
+	for i := range ref {
+		ref[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	m := tiny(t)
+	s, err := m.NewState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	logits, err := s.DecodeLogits(bos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pos() != 1 || argmax(logits) != argmax(ref) {
+		t.Fatalf("pos %d argmax %d want %d", s.Pos(), argmax(logits), argmax(ref))
+	}
+	for i := range ref {
+		if math.Abs(float64(logits[i]-ref[i])) > 1e-4 {
+			t.Fatalf("logit %d: %g vs %g", i, logits[i], ref[i])
+		}
+	}
+}
+
+func TestRawFFIEqualsSafeAPI(t *testing.T) {
+	m := tiny(t)
+	raw, st := rawDecode(m, bos)
+	if st != 0 {
+		t.Fatalf("raw decode status %d", st)
+	}
+	s, _ := m.NewState()
+	defer s.Close()
+	safe, err := s.DecodeLogits(bos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range raw {
+		if raw[i] != safe[i] {
+			t.Fatalf("logit %d: raw %g safe %g", i, raw[i], safe[i])
+		}
+	}
+}
+
+func TestBatchedPrefillEqualsDecode(t *testing.T) {
+	m := tiny(t)
+	ids, _ := m.Tokenize("hello there, general", true)
+	a, _ := m.NewState()
+	b, _ := m.NewState()
+	batch, err := m.NewBatch(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { a.Close(); b.Close(); batch.Close() }()
+	last := make([]float32, 1024)
+	for _, id := range ids {
+		if err := a.Decode(id, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chunked := make([]float32, 1024)
+	if err := b.Prefill(ids, batch, chunked); err != nil {
+		t.Fatal(err)
+	}
+	for i := range last {
+		if last[i] != chunked[i] {
+			t.Fatalf("logit %d differs", i)
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	m := tiny(t)
+	s, _ := m.NewState()
+	defer s.Close()
+	e := wantStatus(t, s.Decode(5000, nil), ErrInvalidArgument)
+	if !strings.Contains(e.Message, "vocab_size") {
+		t.Errorf("message %q", e.Message)
+	}
+	wantStatus(t, s.Decode(bos, make([]float32, 10)), ErrBufferTooSmall)
+	long := make([]uint32, m.Info().MaxSeqLen+1)
+	wantStatus(t, s.Prefill(long, nil, nil), ErrContextFull)
+	if s.Pos() != 0 {
+		t.Errorf("pos %d after failures", s.Pos())
+	}
+}
+
+func generate(t *testing.T, m *Model, p GenerateParams) (string, []uint32, GenerateResult) {
+	s, _ := m.NewState()
+	defer s.Close()
+	var sb strings.Builder
+	var ids []uint32
+	r, err := s.Generate("Hello", p, nil, func(id uint32, text string) bool {
+		sb.WriteString(text)
+		if id != NoToken {
+			ids = append(ids, id)
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb.String(), ids, r
+}
+
+func TestSeededGenerationIsReproducible(t *testing.T) {
+	m := tiny(t)
+	p := DefaultGenerateParams()
+	p.MaxTokens, p.Temperature, p.Seed = 16, 0.8, 7
+	a, ids, r := generate(t, m, p)
+	b, _, _ := generate(t, m, p)
+	if a != b || r.GeneratedTokens == 0 {
+		t.Fatalf("%q vs %q (%d tokens)", a, b, r.GeneratedTokens)
+	}
+	if back, _ := m.Detokenize(ids); back != a {
+		t.Fatalf("detokenize %q vs streamed %q", back, a)
+	}
+}
+
+func TestCallbackStopAndPanic(t *testing.T) {
+	m := tiny(t)
+	s, _ := m.NewState()
+	defer s.Close()
+	n := 0
+	r, err := s.Generate("Hello", DefaultGenerateParams(), nil, func(uint32, string) bool { n++; return n == 3 })
+	if err != nil || r.StopReason != StopCallback || r.GeneratedTokens != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != "from callback" {
+				t.Fatalf("recovered %v", v)
+			}
+		}()
+		s.Generate(" more", DefaultGenerateParams(), nil, func(uint32, string) bool { panic("from callback") })
+		t.Fatal("no panic")
+	}()
+	if err := s.Decode(bos, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseInAnyOrder(t *testing.T) {
+	m := tiny(t)
+	s, _ := m.NewState()
+	b, _ := m.NewBatch(8)
+	m.Close() // the C library keeps the model alive for s and b
+	m.Close()
+	p := DefaultGenerateParams()
+	p.MaxTokens = 4
+	r, err := s.Generate("Hello", p, b, nil)
+	if err != nil || r.GeneratedTokens != 4 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if _, err := s.DecodeLogits(bos); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	s.Close()
+	wantStatus(t, s.Decode(bos, nil), ErrInvalidArgument)
+	_, err = m.Tokenize("x", false)
+	wantStatus(t, err, ErrInvalidArgument)
+}
+
+func TestConcurrentModelUse(t *testing.T) {
+	m := tiny(t)
+	done := make(chan []float32)
+	for i := 0; i < 4; i++ {
+		go func() {
+			s, _ := m.NewState()
+			defer s.Close()
+			l, _ := s.DecodeLogits(bos)
+			done <- l
+		}()
+	}
+	first := <-done
+	for i := 1; i < 4; i++ {
+		if l := <-done; argmax(l) != argmax(first) || l[0] != first[0] {
+			t.Fatal("threads disagree")
+		}
+	}
+}

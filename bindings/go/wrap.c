@@ -1,0 +1,90 @@
+#include "wrap.h"
+
+#include <stdio.h>
+
+#include "_cgo_export.h" /* needleGoToken */
+
+static needle_status keep(needle_status st, char *err, size_t cap) {
+    if (st != NEEDLE_OK && err && cap) snprintf(err, cap, "%s", needle_last_error());
+    return st;
+}
+
+needle_status ngo_check_abi(uint32_t expected, char *err, size_t cap) {
+    return keep(needle_check_abi(expected), err, cap);
+}
+
+static needle_status with_info(needle_status st, needle_model **out, needle_model_info *info,
+                               char *err, size_t cap) {
+    if (st == NEEDLE_OK) {
+        info->struct_size = sizeof *info;
+        st = needle_model_get_info(*out, info);
+        if (st != NEEDLE_OK) {
+            keep(st, err, cap);
+            needle_model_free(*out);
+            *out = NULL;
+            return st;
+        }
+    }
+    return keep(st, err, cap);
+}
+
+needle_status ngo_model_load_file(const char *path, int32_t use_mmap, int32_t n_threads,
+                                  needle_model **out, needle_model_info *info, char *err, size_t cap) {
+    needle_model_params p;
+    needle_model_params_init(&p);
+    p.use_mmap = use_mmap;
+    p.n_threads = n_threads;
+    return with_info(needle_model_load_file(path, &p, out), out, info, err, cap);
+}
+
+needle_status ngo_model_load_memory(const void *data, size_t size, int32_t n_threads,
+                                    needle_model **out, needle_model_info *info, char *err, size_t cap) {
+    needle_model_params p;
+    needle_model_params_init(&p);
+    p.n_threads = n_threads;
+    return with_info(needle_model_load_memory(data, size, &p, out), out, info, err, cap);
+}
+
+needle_status ngo_state_create(needle_model *m, int32_t kv_window, needle_state **out, char *err,
+                               size_t cap) {
+    needle_state_params p;
+    needle_state_params_init(&p);
+    p.kv_window = kv_window;
+    return keep(needle_state_create_ex(m, &p, out), err, cap);
+}
+
+needle_status ngo_batch_create(needle_model *m, uint32_t capacity, needle_batch **out, char *err,
+                               size_t cap) {
+    return keep(needle_batch_create(m, capacity, out), err, cap);
+}
+
+needle_status ngo_decode(needle_state *s, uint32_t token, float *logits, size_t n, char *err,
+                         size_t cap) {
+    return keep(needle_state_decode(s, token, logits, n), err, cap);
+}
+
+needle_status ngo_prefill(needle_state *s, needle_batch *b, const uint32_t *tokens, size_t n_tokens,
+                          float *logits, size_t n, char *err, size_t cap) {
+    return keep(needle_state_prefill(s, b, tokens, n_tokens, logits, n), err, cap);
+}
+
+needle_status ngo_tokenize(const needle_model *m, const char *text, size_t len, int add_bos,
+                           uint32_t *tokens, size_t capacity, size_t *n_tokens, char *err, size_t cap) {
+    return keep(needle_model_tokenize(m, text, len, add_bos, tokens, capacity, n_tokens), err, cap);
+}
+
+needle_status ngo_detokenize(const needle_model *m, const uint32_t *tokens, size_t n_tokens,
+                             char *text, size_t capacity, size_t *text_len, char *err, size_t cap) {
+    return keep(needle_model_detokenize(m, tokens, n_tokens, text, capacity, text_len), err, cap);
+}
+
+static int trampoline(uint32_t token, const char *text, size_t len, void *user) {
+    return needleGoToken(token, (char *)text, len, (uintptr_t)user);
+}
+
+needle_status ngo_generate(needle_state *s, needle_batch *b, const char *prompt, size_t len,
+                           const needle_generate_params *p, uintptr_t handle,
+                           needle_generate_result *r, char *err, size_t cap) {
+    return keep(needle_generate(s, b, prompt, len, p, handle ? trampoline : NULL, (void *)handle, r),
+                err, cap);
+}

@@ -1,0 +1,32 @@
+/* C side of the Go bindings: thin wrappers that call needle.h and, on failure, copy
+ * needle_last_error() into a caller buffer inside the same cgo call (a goroutine may move to
+ * another OS thread between two cgo calls, and the message is thread-local). */
+#ifndef NEEDLE_GO_WRAP_H
+#define NEEDLE_GO_WRAP_H
+
+#include <stdint.h>
+#include "needle.h"
+
+needle_status ngo_check_abi(uint32_t expected, char *err, size_t cap);
+needle_status ngo_model_load_file(const char *path, int32_t use_mmap, int32_t n_threads,
+                                  needle_model **out, needle_model_info *info, char *err, size_t cap);
+needle_status ngo_model_load_memory(const void *data, size_t size, int32_t n_threads,
+                                    needle_model **out, needle_model_info *info, char *err, size_t cap);
+needle_status ngo_state_create(needle_model *m, int32_t kv_window, needle_state **out, char *err,
+                               size_t cap);
+needle_status ngo_batch_create(needle_model *m, uint32_t capacity, needle_batch **out, char *err,
+                               size_t cap);
+needle_status ngo_decode(needle_state *s, uint32_t token, float *logits, size_t n, char *err,
+                         size_t cap);
+needle_status ngo_prefill(needle_state *s, needle_batch *b, const uint32_t *tokens, size_t n_tokens,
+                          float *logits, size_t n, char *err, size_t cap);
+needle_status ngo_tokenize(const needle_model *m, const char *text, size_t len, int add_bos,
+                           uint32_t *tokens, size_t capacity, size_t *n_tokens, char *err, size_t cap);
+needle_status ngo_detokenize(const needle_model *m, const uint32_t *tokens, size_t n_tokens,
+                             char *text, size_t capacity, size_t *text_len, char *err, size_t cap);
+/* handle != 0 routes tokens to the Go callback registered under that handle. */
+needle_status ngo_generate(needle_state *s, needle_batch *b, const char *prompt, size_t len,
+                           const needle_generate_params *p, uintptr_t handle,
+                           needle_generate_result *r, char *err, size_t cap);
+
+#endif

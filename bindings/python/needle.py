@@ -1,0 +1,443 @@
+"""Python bindings for libneedle, the Needle inference engine (ctypes, standard library only).
+
+    import needle
+    with needle.Model("model.cact") as m, m.new_state() as s:
+        print(s.generate("Hello", max_tokens=32).text)
+
+Objects mirror the C handles of needle.h: `Model` (immutable, usable from any thread), `State`
+(one sequence; one thread at a time) and `Batch` (prefill scratch). Each has `close()` and is a
+context manager; `__del__` closes a forgotten handle. Handles may be closed in any order: the C
+library keeps a model alive while states or batches made from it exist, so this module holds no
+Python reference from a state to its model.
+
+Failures raise `NeedleError` with `.status` (a NEEDLE_E_* code) and `.message` (needle_last_error
+of the failing call, read right after it on the same thread).
+
+The library is found, in order, at $NEEDLE_LIB (a file), in $NEEDLE_LIB_DIR, in the repository's
+build directory (../../build from this file), then by the system loader (libneedle.so.1).
+Importing this module checks the library's ABI (needle_check_abi) and refuses a mismatch.
+"""
+
+import ctypes
+import ctypes.util
+import os
+from array import array
+
+__all__ = [
+    "NeedleError", "Model", "State", "Batch", "ModelInfo", "GenerateResult",
+    "version", "abi_version", "status_string", "ABI_VERSION",
+]
+
+ABI_VERSION = 1  # NEEDLE_ABI_VERSION this module was written against
+
+OK = 0
+E_INVALID_ARGUMENT = 1
+E_IO = 2
+E_FORMAT = 3
+E_UNSUPPORTED = 4
+E_NO_MEMORY = 5
+E_CONTEXT_FULL = 6
+E_BUFFER_TOO_SMALL = 7
+E_CANCELLED = 8
+E_INTERNAL = 9
+
+STOP_NONE = 0
+STOP_EOS = 1
+STOP_MAX_TOKENS = 2
+STOP_CONTEXT_FULL = 3
+STOP_CALLBACK = 4
+
+NO_TOKEN = 0xFFFFFFFF
+
+
+# ------------------------------------------------------------------ C declarations
+
+class _ModelParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("use_mmap", ctypes.c_int32),
+                ("n_threads", ctypes.c_int32)]
+
+
+class _StateParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kv_window", ctypes.c_int32)]
+
+
+class _ModelInfo(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint32) for name in (
+        "struct_size", "format_version", "vocab_size", "d_model", "num_layers", "num_heads",
+        "num_kv_heads", "head_dim", "v_head_dim", "max_seq_len", "kv_window", "mhc_lanes",
+        "num_engram_sites", "bos_id", "eos_id", "pad_id", "unk_id", "has_tokenizer")] + [
+        ("weight_bytes", ctypes.c_uint64), ("file_bytes", ctypes.c_uint64)]
+
+
+class _GenerateParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("max_tokens", ctypes.c_uint32),
+                ("temperature", ctypes.c_float), ("top_k", ctypes.c_int32),
+                ("top_p", ctypes.c_float), ("seed", ctypes.c_uint64), ("add_bos", ctypes.c_int32)]
+
+
+class _GenerateResult(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("prompt_tokens", ctypes.c_uint32),
+                ("generated_tokens", ctypes.c_uint32), ("stop_reason", ctypes.c_uint32),
+                ("prefill_ms", ctypes.c_double), ("decode_ms", ctypes.c_double)]
+
+
+_TOKEN_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_char),
+                                   ctypes.c_size_t, ctypes.c_void_p)
+
+_u32p = ctypes.POINTER(ctypes.c_uint32)
+_f32p = ctypes.POINTER(ctypes.c_float)
+_vp = ctypes.c_void_p
+_st = ctypes.c_int32
+_size = ctypes.c_size_t
+
+# name: (restype, argtypes)
+_SIGNATURES = {
+    "needle_abi_version": (ctypes.c_uint32, []),
+    "needle_version_string": (ctypes.c_char_p, []),
+    "needle_check_abi": (ctypes.c_int32, [ctypes.c_uint32]),
+    "needle_status_string": (ctypes.c_char_p, [_st]),
+    "needle_last_error": (ctypes.c_char_p, []),
+    "needle_model_params_init": (None, [ctypes.POINTER(_ModelParams)]),
+    "needle_model_load_file": (_st, [ctypes.c_char_p, ctypes.POINTER(_ModelParams),
+                                     ctypes.POINTER(_vp)]),
+    "needle_model_load_memory": (_st, [ctypes.c_char_p, _size, ctypes.POINTER(_ModelParams),
+                                       ctypes.POINTER(_vp)]),
+    "needle_model_free": (None, [_vp]),
+    "needle_model_get_info": (_st, [_vp, ctypes.POINTER(_ModelInfo)]),
+    "needle_state_create": (_st, [_vp, ctypes.POINTER(_vp)]),
+    "needle_state_params_init": (None, [ctypes.POINTER(_StateParams)]),
+    "needle_state_create_ex": (_st, [_vp, ctypes.POINTER(_StateParams), ctypes.POINTER(_vp)]),
+    "needle_state_free": (None, [_vp]),
+    "needle_state_reset": (None, [_vp]),
+    "needle_state_pos": (ctypes.c_uint32, [_vp]),
+    "needle_batch_create": (_st, [_vp, ctypes.c_uint32, ctypes.POINTER(_vp)]),
+    "needle_batch_free": (None, [_vp]),
+    "needle_state_decode": (_st, [_vp, ctypes.c_uint32, _f32p, _size]),
+    "needle_state_prefill": (_st, [_vp, _vp, _u32p, _size, _f32p, _size]),
+    "needle_model_tokenize": (_st, [_vp, ctypes.c_char_p, _size, ctypes.c_int, _u32p, _size,
+                                    ctypes.POINTER(_size)]),
+    "needle_model_detokenize": (_st, [_vp, _u32p, _size, ctypes.c_char_p, _size,
+                                      ctypes.POINTER(_size)]),
+    "needle_generate_params_init": (None, [ctypes.POINTER(_GenerateParams)]),
+    "needle_generate": (_st, [_vp, _vp, ctypes.c_char_p, _size, ctypes.POINTER(_GenerateParams),
+                              _TOKEN_CALLBACK, _vp, ctypes.POINTER(_GenerateResult)]),
+}
+
+
+def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.environ.get("NEEDLE_LIB"):
+        yield os.environ["NEEDLE_LIB"]
+    if os.environ.get("NEEDLE_LIB_DIR"):
+        yield os.path.join(os.environ["NEEDLE_LIB_DIR"], "libneedle.so")
+    yield os.path.join(here, "..", "..", "build", "libneedle.so")
+    found = ctypes.util.find_library("needle")
+    if found:
+        yield found
+    yield "libneedle.so.1"
+
+
+def _open_library():
+    errors = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            errors.append(path + ": not found")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(str(e))
+            continue
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = restype, argtypes
+        return lib
+    raise ImportError("needle: cannot load libneedle (set NEEDLE_LIB_DIR): " + "; ".join(errors))
+
+
+def check_abi(library, expected=ABI_VERSION):
+    """Raises NeedleError(E_UNSUPPORTED) unless `library` implements ABI `expected`."""
+    _check(library.needle_check_abi(expected), library)
+
+
+#: The raw ctypes library (all needle_* functions declared); for tests and advanced use.
+lib = None
+
+
+# ------------------------------------------------------------------ errors and helpers
+
+class NeedleError(Exception):
+    """A failed libneedle call: `status` is the NEEDLE_E_* code, `message` the library's text."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.message = message
+        name = _decode(lib.needle_status_string(status)) if lib is not None else str(status)
+        super().__init__("%s (status %d): %s" % (name, status, message))
+
+
+def _decode(b):
+    return b.decode("utf-8", "replace") if b is not None else ""
+
+
+def _check(status, library=None):
+    if status != OK:
+        # Read the thread-local message right away, on the thread that made the failing call.
+        raise NeedleError(status, _decode((library or lib).needle_last_error()))
+
+
+def version():
+    """The library version, e.g. "0.1.0"."""
+    return _decode(lib.needle_version_string())
+
+
+def abi_version():
+    """The ABI version the loaded library implements."""
+    return lib.needle_abi_version()
+
+
+def status_string(status):
+    """Short description of a status code."""
+    return _decode(lib.needle_status_string(status))
+
+
+class _Handle:
+    """Owns one C handle; subclasses name their free function."""
+
+    _free = None
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+    @property
+    def _handle(self):
+        if not self._ptr:
+            raise NeedleError(E_INVALID_ARGUMENT, "%s is closed" % type(self).__name__)
+        return self._ptr
+
+    @property
+    def closed(self):
+        return not self._ptr
+
+    def close(self):
+        """Frees the C handle; closing twice is harmless."""
+        ptr, self._ptr = self._ptr, None
+        if ptr and lib is not None:
+            getattr(lib, self._free)(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------------ objects
+
+class ModelInfo:
+    """Geometry and special ids of a model (the fields of needle_model_info)."""
+
+    def __init__(self, raw):
+        for name, _ in _ModelInfo._fields_[1:]:
+            setattr(self, name, getattr(raw, name))
+        self.has_tokenizer = bool(self.has_tokenizer)
+
+    def __repr__(self):
+        return "ModelInfo(vocab_size=%d, d_model=%d, num_layers=%d, max_seq_len=%d)" % (
+            self.vocab_size, self.d_model, self.num_layers, self.max_seq_len)
+
+
+class Model(_Handle):
+    """A loaded .cact container. Thread-safe; may be closed while its states are still in use."""
+
+    _free = "needle_model_free"
+
+    def __init__(self, path, use_mmap=True, n_threads=0):
+        super().__init__(None)
+        p = self._params(use_mmap, n_threads)
+        out = ctypes.c_void_p()
+        _check(lib.needle_model_load_file(os.fsencode(path), ctypes.byref(p), ctypes.byref(out)))
+        self._ptr = out.value
+        self.info = self._read_info()
+
+    @classmethod
+    def from_bytes(cls, data, n_threads=0):
+        """Loads a container from memory (the bytes are copied)."""
+        self = cls.__new__(cls)
+        _Handle.__init__(self, None)
+        data = bytes(data)
+        p = cls._params(True, n_threads)
+        out = ctypes.c_void_p()
+        _check(lib.needle_model_load_memory(data, len(data), ctypes.byref(p), ctypes.byref(out)))
+        self._ptr = out.value
+        self.info = self._read_info()
+        return self
+
+    @staticmethod
+    def _params(use_mmap, n_threads):
+        p = _ModelParams()
+        lib.needle_model_params_init(ctypes.byref(p))
+        p.use_mmap, p.n_threads = int(bool(use_mmap)), int(n_threads)
+        return p
+
+    def _read_info(self):
+        raw = _ModelInfo(struct_size=ctypes.sizeof(_ModelInfo))
+        _check(lib.needle_model_get_info(self._handle, ctypes.byref(raw)))
+        return ModelInfo(raw)
+
+    def tokenize(self, text, add_bos=False):
+        """Encodes text with the model's tokenizer; returns a list of ids."""
+        raw = text.encode("utf-8")
+        n = ctypes.c_size_t(len(raw) + 8)  # a first guess; the library reports the exact need
+        while True:
+            buf = (ctypes.c_uint32 * n.value)()
+            status = lib.needle_model_tokenize(self._handle, raw, len(raw), int(bool(add_bos)),
+                                               buf, len(buf), ctypes.byref(n))
+            if status != E_BUFFER_TOO_SMALL:
+                _check(status)
+                return list(buf[:n.value])
+
+    def detokenize(self, tokens):
+        """Decodes ids to text."""
+        ids = (ctypes.c_uint32 * len(tokens))(*tokens)
+        n = ctypes.c_size_t()
+        status = lib.needle_model_detokenize(self._handle, ids, len(tokens), None, 0,
+                                             ctypes.byref(n))
+        if status != E_BUFFER_TOO_SMALL:
+            _check(status)
+        buf = ctypes.create_string_buffer(n.value + 1)
+        _check(lib.needle_model_detokenize(self._handle, ids, len(tokens), buf, len(buf),
+                                           ctypes.byref(n)))
+        return buf.raw[:n.value].decode("utf-8")
+
+    def new_state(self, kv_window=-1):
+        """A new empty sequence (see State)."""
+        return State(self, kv_window)
+
+    def new_batch(self, capacity):
+        """Prefill scratch for chunks of up to `capacity` positions (see Batch)."""
+        return Batch(self, capacity)
+
+
+class Batch(_Handle):
+    """Scratch for chunked prefill; serves any state of the same model, one thread at a time."""
+
+    _free = "needle_batch_free"
+
+    def __init__(self, model, capacity):
+        super().__init__(None)
+        out = ctypes.c_void_p()
+        _check(lib.needle_batch_create(model._handle, capacity, ctypes.byref(out)))
+        self._ptr = out.value
+        self.capacity = capacity
+
+
+class GenerateResult:
+    """Outcome of State.generate: the text and ids streamed, and the library's figures."""
+
+    def __init__(self, text, tokens, raw):
+        self.text = text
+        self.tokens = tokens
+        self.prompt_tokens = raw.prompt_tokens
+        self.generated_tokens = raw.generated_tokens
+        self.stop_reason = raw.stop_reason
+        self.prefill_ms = raw.prefill_ms
+        self.decode_ms = raw.decode_ms
+
+    def __repr__(self):
+        return "GenerateResult(generated_tokens=%d, stop_reason=%d, text=%r)" % (
+            self.generated_tokens, self.stop_reason, self.text)
+
+
+class State(_Handle):
+    """One sequence (position, history, caches). Use from one thread at a time."""
+
+    _free = "needle_state_free"
+
+    def __init__(self, model, kv_window=-1):
+        super().__init__(None)
+        p = _StateParams()
+        lib.needle_state_params_init(ctypes.byref(p))
+        p.kv_window = kv_window
+        out = ctypes.c_void_p()
+        _check(lib.needle_state_create_ex(model._handle, ctypes.byref(p), ctypes.byref(out)))
+        self._ptr = out.value
+        # needle.h has no state->model accessor, so remember what logits buffers need.
+        self.vocab_size = model.info.vocab_size
+
+    @property
+    def pos(self):
+        """Tokens fed so far."""
+        return lib.needle_state_pos(self._handle)
+
+    def reset(self):
+        """Rewinds to position 0."""
+        lib.needle_state_reset(self._handle)
+
+    def _logits(self, want):
+        if not want:
+            return None, None, 0
+        out = array("f", bytes(4 * self.vocab_size))
+        addr, n = out.buffer_info()
+        return out, ctypes.cast(addr, _f32p), n
+
+    def decode(self, token, logits=True):
+        """Feeds one token; returns the next-token logits as array('f') (None if logits=False)."""
+        out, ptr, n = self._logits(logits)
+        _check(lib.needle_state_decode(self._handle, token, ptr, n))
+        return out
+
+    def prefill(self, tokens, batch=None, logits=True):
+        """Feeds tokens (in chunks through `batch` if given); returns the last position's logits."""
+        ids = (ctypes.c_uint32 * len(tokens))(*tokens)
+        out, ptr, n = self._logits(logits and len(tokens) > 0)
+        _check(lib.needle_state_prefill(self._handle, batch._handle if batch else None, ids,
+                                        len(tokens), ptr, n))
+        return out
+
+    def generate(self, prompt, max_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=0,
+                 add_bos=True, batch=None, callback=None):
+        """Feeds `prompt` and generates up to `max_tokens` tokens.
+
+        `callback(token, text)` is called per token with the text it completes (token is
+        NO_TOKEN for a final U+FFFD flush); a truthy return stops generation, which is not an
+        error (stop_reason STOP_CALLBACK). An exception in the callback stops generation and is
+        re-raised here. Returns a GenerateResult."""
+        p = _GenerateParams()
+        lib.needle_generate_params_init(ctypes.byref(p))
+        p.max_tokens, p.temperature, p.top_k = max_tokens, temperature, top_k
+        p.top_p, p.seed, p.add_bos = top_p, seed, int(bool(add_bos))
+        res = _GenerateResult(struct_size=ctypes.sizeof(_GenerateResult))
+        pieces, tokens, failure = [], [], []
+
+        def trampoline(token, text, length, _user):
+            try:
+                piece = ctypes.string_at(text, length).decode("utf-8", "replace")
+                pieces.append(piece)
+                if token != NO_TOKEN:
+                    tokens.append(token)
+                return 1 if callback is not None and callback(token, piece) else 0
+            except BaseException as e:  # never let an exception reach C
+                failure.append(e)
+                return 1
+
+        c_callback = _TOKEN_CALLBACK(trampoline)  # referenced until the call returns
+        raw = prompt.encode("utf-8")
+        status = lib.needle_generate(self._handle, batch._handle if batch else None, raw,
+                                     len(raw), ctypes.byref(p), c_callback, None,
+                                     ctypes.byref(res))
+        if failure:
+            raise failure[0]
+        if status != E_CANCELLED:
+            _check(status)
+        return GenerateResult("".join(pieces), tokens, res)
+
+
+lib = _open_library()
+check_abi(lib)

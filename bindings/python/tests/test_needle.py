@@ -1,0 +1,176 @@
+"""Tests of the Python bindings against the tiny fixture model.
+
+Run from the repository root:  python3 -m unittest discover -s bindings/python/tests
+Fixtures: $NEEDLE_FIXTURES, else ../shared/fixtures relative to the repository root."""
+import ctypes
+import os
+import struct
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import needle  # noqa: E402
+
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+FIXTURES = os.environ.get("NEEDLE_FIXTURES", os.path.join(ROOT, "..", "shared", "fixtures"))
+TINY = os.path.join(FIXTURES, "v2", "models", "tiny.cact")
+# Every tiny prompt starts with BOS (id 2), so row 0 of any .full.f32 is the logits after BOS;
+# the `empty` prompt is exactly [BOS].
+BOS_REF = os.path.join(FIXTURES, "v2", "refs", "tiny", "empty.full.f32")
+BOS = 2
+
+
+def argmax(xs):
+    return max(range(len(xs)), key=lambda i: (xs[i], -i))
+
+
+class LoadTest(unittest.TestCase):
+    def test_missing_file_is_io(self):
+        with self.assertRaises(needle.NeedleError) as cm:
+            needle.Model("/nonexistent/dir/model.cact")
+        self.assertEqual(cm.exception.status, needle.E_IO)
+        self.assertIn("nonexistent", cm.exception.message)
+
+    def test_garbage_file_is_format(self):
+        with tempfile.NamedTemporaryFile(suffix=".cact") as f:
+            f.write(b"this is not a needle container" * 10)
+            f.flush()
+            with self.assertRaises(needle.NeedleError) as cm:
+                needle.Model(f.name)
+        self.assertEqual(cm.exception.status, needle.E_FORMAT)
+        self.assertTrue(cm.exception.message)
+
+    def test_from_bytes(self):
+        with open(TINY, "rb") as f:
+            data = f.read()
+        with needle.Model.from_bytes(data) as m:
+            self.assertEqual(m.info.vocab_size, 1024)
+        with self.assertRaises(needle.NeedleError) as cm:
+            needle.Model.from_bytes(b"garbage")
+        self.assertEqual(cm.exception.status, needle.E_FORMAT)
+
+    def test_abi_guard(self):
+        self.assertEqual(needle.lib.needle_check_abi(needle.ABI_VERSION), needle.OK)
+        self.assertEqual(needle.lib.needle_check_abi(999), needle.E_UNSUPPORTED)
+        with self.assertRaises(needle.NeedleError) as cm:
+            needle.check_abi(needle.lib, 999)
+        self.assertEqual(cm.exception.status, needle.E_UNSUPPORTED)
+        self.assertIn("999", cm.exception.message)
+        self.assertEqual(needle.abi_version(), needle.ABI_VERSION)
+        self.assertTrue(needle.version())
+
+
+class ModelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = needle.Model(TINY)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def test_info(self):
+        info = self.model.info
+        self.assertEqual((info.vocab_size, info.d_model, info.num_layers), (1024, 128, 4))
+        self.assertEqual(info.bos_id, BOS)
+        self.assertTrue(info.has_tokenizer)
+
+    def test_tokenize_roundtrip(self):
+        text = "The quick brown fox, caf\u00e9 \u2603"
+        ids = self.model.tokenize(text, add_bos=True)
+        self.assertEqual(ids[0], BOS)
+        self.assertEqual(self.model.detokenize(ids), text)
+
+    def test_bos_logits_match_reference(self):
+        with open(BOS_REF, "rb") as f:
+            ref = struct.unpack("<1024f", f.read(4096))
+        with self.model.new_state() as s:
+            logits = s.decode(BOS)
+            self.assertEqual(s.pos, 1)
+        self.assertEqual(len(logits), 1024)
+        self.assertEqual(argmax(logits), argmax(ref))
+        for i in range(1024):
+            self.assertAlmostEqual(logits[i], ref[i], delta=1e-4, msg="logit %d" % i)
+
+    def test_raw_ffi_equals_safe_api(self):
+        lib = needle.lib
+        raw_state = ctypes.c_void_p()
+        self.assertEqual(lib.needle_state_create(self.model._handle, ctypes.byref(raw_state)), 0)
+        try:
+            buf = (ctypes.c_float * 1024)()
+            self.assertEqual(lib.needle_state_decode(raw_state, BOS, buf, 1024), 0)
+        finally:
+            lib.needle_state_free(raw_state)
+        with self.model.new_state() as s:
+            safe = s.decode(BOS)
+        self.assertEqual(list(buf), list(safe))
+
+    def test_prefill_with_batch_equals_decode(self):
+        ids = self.model.tokenize("hello there, general", add_bos=True)
+        with self.model.new_state() as a, self.model.new_state() as b, \
+                self.model.new_batch(4) as batch:
+            for t in ids:
+                last = a.decode(t)
+            chunked = b.prefill(ids, batch=batch)
+            self.assertEqual(a.pos, b.pos)
+        self.assertEqual(list(last), list(chunked))
+
+    def test_decode_errors(self):
+        with self.model.new_state() as s:
+            with self.assertRaises(needle.NeedleError) as cm:
+                s.decode(5000)
+            self.assertEqual(cm.exception.status, needle.E_INVALID_ARGUMENT)
+            self.assertIn("vocab_size", cm.exception.message)
+            self.assertEqual(s.pos, 0)
+            with self.assertRaises(needle.NeedleError) as cm:
+                s.prefill([BOS] * (self.model.info.max_seq_len + 1), logits=False)
+            self.assertEqual(cm.exception.status, needle.E_CONTEXT_FULL)
+
+    def generate(self, **kw):
+        with self.model.new_state() as s:
+            return s.generate("Hello", max_tokens=16, **kw)
+
+    def test_seeded_generation_is_reproducible(self):
+        a = self.generate(temperature=0.8, seed=7)
+        b = self.generate(temperature=0.8, seed=7)
+        self.assertEqual(a.text, b.text)
+        self.assertEqual(a.tokens, b.tokens)
+        self.assertTrue(a.generated_tokens > 0)
+        self.assertEqual(self.model.detokenize(a.tokens), a.text)
+
+    def test_callback_stop_is_not_an_error(self):
+        seen = []
+        r = self.generate(callback=lambda t, text: seen.append(t) or len(seen) == 3)
+        self.assertEqual(r.stop_reason, needle.STOP_CALLBACK)
+        self.assertEqual(r.generated_tokens, 3)
+        self.assertEqual(len(seen), 3)
+
+    def test_callback_exception_propagates(self):
+        def boom(token, text):
+            raise KeyError("from callback")
+        with self.assertRaises(KeyError):
+            self.generate(callback=boom)
+
+
+class CloseOrderTest(unittest.TestCase):
+    def test_model_closed_before_state(self):
+        model = needle.Model(TINY)
+        state = model.new_state()
+        batch = model.new_batch(8)
+        model.close()
+        model.close()  # twice is harmless
+        r = state.generate("Hello", max_tokens=4, batch=batch)
+        self.assertEqual(r.generated_tokens, 4)
+        self.assertEqual(len(state.decode(BOS)), 1024)
+        batch.close()
+        state.close()
+        with self.assertRaises(needle.NeedleError):
+            state.decode(BOS)
+        with self.assertRaises(needle.NeedleError):
+            model.tokenize("x")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,203 @@
+//! Integration tests against the tiny fixture model
+//! ($NEEDLE_FIXTURES, else ../shared/fixtures relative to the repository root).
+use needle::{sys, Batch, GenerateParams, Model, State, Status, StopReason};
+use std::path::PathBuf;
+
+const BOS: u32 = 2;
+
+fn fixtures() -> PathBuf {
+    std::env::var_os("NEEDLE_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"))
+}
+
+fn tiny() -> Model {
+    Model::load(fixtures().join("v2/models/tiny.cact")).expect("load tiny.cact")
+}
+
+fn argmax(xs: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+#[test]
+fn missing_file_is_io() {
+    let e = Model::load("/nonexistent/dir/model.cact").unwrap_err();
+    assert_eq!(e.status, Status::Io);
+    assert_eq!(e.status.code(), 2);
+    assert!(e.message.contains("nonexistent"), "{}", e.message);
+}
+
+#[test]
+fn garbage_file_is_format() {
+    let path = std::env::temp_dir().join(format!("needle-garbage-{}.cact", std::process::id()));
+    std::fs::write(&path, b"this is not a needle container".repeat(10)).unwrap();
+    let e = Model::load(&path).unwrap_err();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(e.status, Status::Format);
+    assert!(!e.message.is_empty());
+    let e = Model::from_bytes(b"garbage", &Default::default()).unwrap_err();
+    assert_eq!(e.status.code(), 3);
+}
+
+#[test]
+fn abi_guard() {
+    assert_eq!(unsafe { sys::needle_check_abi(999) }, sys::NEEDLE_E_UNSUPPORTED);
+    assert_eq!(unsafe { sys::needle_check_abi(sys::NEEDLE_ABI_VERSION) }, sys::NEEDLE_OK);
+    assert!(needle::check_abi().is_ok());
+    assert_eq!(needle::abi_version(), sys::NEEDLE_ABI_VERSION);
+    assert!(!needle::version().is_empty());
+}
+
+#[test]
+fn info_and_tokenizer() {
+    let m = tiny();
+    assert_eq!((m.info().vocab_size, m.info().d_model, m.info().bos_id), (1024, 128, BOS));
+    let text = "The quick brown fox, café ☃";
+    let ids = m.tokenize(text, true).unwrap();
+    assert_eq!(ids[0], BOS);
+    assert_eq!(m.detokenize(&ids).unwrap(), text);
+}
+
+#[test]
+fn bos_logits_match_reference() {
+    let bytes = std::fs::read(fixtures().join("v2/refs/tiny/empty.full.f32")).unwrap();
+    let reference: Vec<f32> =
+        bytes[..4096].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let m = tiny();
+    let mut s = State::new(&m).unwrap();
+    let logits = s.decode_logits(BOS).unwrap();
+    assert_eq!(s.pos(), 1);
+    assert_eq!(argmax(&logits), argmax(&reference));
+    for (i, (a, b)) in logits.iter().zip(&reference).enumerate() {
+        assert!((a - b).abs() <= 1e-4, "logit {i}: {a} vs {b}");
+    }
+}
+
+#[test]
+fn raw_ffi_equals_safe_api() {
+    let m = tiny();
+    let mut raw = [0f32; 1024];
+    unsafe {
+        let mut st = std::ptr::null_mut();
+        assert_eq!(sys::needle_state_create(m.as_ptr(), &mut st), 0);
+        assert_eq!(sys::needle_state_decode(st, BOS, raw.as_mut_ptr(), raw.len()), 0);
+        sys::needle_state_free(st);
+    }
+    let safe = State::new(&m).unwrap().decode_logits(BOS).unwrap();
+    assert_eq!(&raw[..], &safe[..]);
+}
+
+#[test]
+fn batched_prefill_equals_decode() {
+    let m = tiny();
+    let ids = m.tokenize("hello there, general", true).unwrap();
+    let (mut a, mut b) = (State::new(&m).unwrap(), State::new(&m).unwrap());
+    let mut batch = Batch::new(&m, 4).unwrap();
+    let mut last = vec![0f32; 1024];
+    for &t in &ids {
+        a.decode(t, &mut last).unwrap();
+    }
+    let mut chunked = vec![0f32; 1024];
+    b.prefill(&ids, Some(&mut batch), &mut chunked).unwrap();
+    assert_eq!(a.pos(), b.pos());
+    assert_eq!(last, chunked);
+}
+
+#[test]
+fn errors_carry_status_and_message() {
+    let m = tiny();
+    let mut s = State::new(&m).unwrap();
+    let e = s.decode(5000, &mut []).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("vocab_size"), "{}", e.message);
+    let e = s.decode(BOS, &mut [0f32; 10]).unwrap_err();
+    assert_eq!(e.status, Status::BufferTooSmall);
+    let too_long = vec![BOS; m.info().max_seq_len as usize + 1];
+    assert_eq!(s.prefill(&too_long, None, &mut []).unwrap_err().status, Status::ContextFull);
+    assert_eq!(s.pos(), 0);
+}
+
+fn generate(m: &Model, params: &GenerateParams) -> (String, Vec<u32>, needle::GenerateResult) {
+    let mut s = State::new(m).unwrap();
+    let (mut text, mut ids) = (String::new(), Vec::new());
+    let r = s
+        .generate("Hello", params, None, |id, piece| {
+            text.push_str(piece);
+            if id != sys::NEEDLE_NO_TOKEN {
+                ids.push(id);
+            }
+            false
+        })
+        .unwrap();
+    (text, ids, r)
+}
+
+#[test]
+fn seeded_generation_is_reproducible() {
+    let m = tiny();
+    let p = GenerateParams { max_tokens: 16, temperature: 0.8, seed: 7, ..Default::default() };
+    let (a, ids, r) = generate(&m, &p);
+    let (b, _, _) = generate(&m, &p);
+    assert_eq!(a, b);
+    assert!(r.generated_tokens > 0);
+    assert_eq!(m.detokenize(&ids).unwrap(), a);
+}
+
+#[test]
+fn callback_stop_and_panic() {
+    let m = tiny();
+    let mut s = State::new(&m).unwrap();
+    let mut n = 0;
+    let r = s
+        .generate("Hello", &GenerateParams::default(), None, |_, _| {
+            n += 1;
+            n == 3
+        })
+        .unwrap();
+    assert_eq!((r.stop_reason, r.generated_tokens), (StopReason::Callback, 3));
+
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = s.generate(" more", &GenerateParams::default(), None, |_, _| panic!("from callback"));
+    }));
+    let payload = caught.unwrap_err();
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"from callback"));
+    s.decode(BOS, &mut []).unwrap(); // the state is still usable
+}
+
+#[test]
+fn handles_drop_in_any_order() {
+    let m = tiny();
+    let mut s = State::new(&m).unwrap();
+    let mut batch = Batch::new(&m, 8).unwrap();
+    drop(m); // the C library keeps the model alive for the state and batch
+    let p = GenerateParams { max_tokens: 4, ..Default::default() };
+    let r = s.generate("Hello", &p, Some(&mut batch), |_, _| false).unwrap();
+    assert_eq!(r.generated_tokens, 4);
+    assert_eq!(s.decode_logits(BOS).unwrap().len(), 1024);
+    drop(batch);
+    drop(s);
+}
+
+#[test]
+fn model_is_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Model>();
+    send::<State>();
+    send::<Batch>();
+    let m = std::sync::Arc::new(tiny());
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            let m = m.clone();
+            std::thread::spawn(move || State::new(&m).unwrap().decode_logits(BOS).unwrap())
+        })
+        .collect();
+    let results: Vec<Vec<f32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(results[0], results[1]);
+}
