@@ -17,6 +17,11 @@
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
+// The AVX2 build (8-float vectors) decodes indices straight into registers and runs the first
+// FWHT stages in-register; wider or narrower builds take the portable paths.
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define NEEDLE_FUSED_DECODE 1
+#endif
 
 #include "kernels/kernel_table.h"
 
@@ -178,6 +183,23 @@ inline void dot_rows(const float *const *u, uint32_t rows, const float *x, uint3
 
 void fwht(float *x, uint32_t m) {
     uint32_t h = 1;
+#if defined(NEEDLE_FUSED_DECODE)
+    // Stages h = 1, 2, 4 inside each 8-float register: the partner comes from a lane swap, the
+    // low lanes take a + c and the high lanes c' - a' (= a - c): the same additions as below.
+    if (m >= 8) {
+        for (uint32_t i = 0; i < m; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i), t;
+            t = _mm256_permute_ps(v, 0xB1);
+            v = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xAA);
+            t = _mm256_permute_ps(v, 0x4E);
+            v = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xCC);
+            t = _mm256_permute2f128_ps(v, v, 0x01);
+            v = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xF0);
+            _mm256_storeu_ps(x + i, v);
+        }
+        h = 8;
+    }
+#endif
     for (; h < m && h < W; h *= 2)  // short strides: scalar butterflies
         for (uint32_t i = 0; i < m; i += 2 * h)
             for (uint32_t j = i; j < i + h; ++j) {
@@ -201,11 +223,26 @@ void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t
     for (uint32_t g = 0; g < cols_pad; g += group) fwht(xh + g, group);
 }
 
-#if defined(__AVX2__) && !defined(__AVX512F__)
-#define NEEDLE_FUSED_DECODE 1
+#if defined(NEEDLE_FUSED_DECODE)
 // Decode-step fast path (one position): the same per-row FMA sequence as dot_rows_t, with each
 // weight block decoded straight into a register instead of through the scratch group. Requires
 // W == 8 (one decode8 block per vector), i.e. the AVX2 build.
+// Levels of the 16 indices starting at packed byte `p` (2 vectors). For 2-bit one 32-bit load
+// serves both vectors.
+template <uint32_t Width>
+inline void decode16(const Levels &lv, const uint8_t *p, __m256 &w0, __m256 &w1) {
+    if (Width == 2) {
+        uint32_t bits;
+        std::memcpy(&bits, p, 4);
+        const __m256i v = _mm256_set1_epi32(int(bits));
+        w0 = _mm256_permutevar8x32_ps(lv.lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)));
+        w1 = _mm256_permutevar8x32_ps(lv.lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30)));
+    } else {
+        w0 = decode8<Width>(lv, p, 0);
+        w1 = decode8<Width>(lv, p, 1);
+    }
+}
+
 template <uint32_t R, uint32_t Width>
 inline void fused_rows_t(const Levels &lv, const uint8_t *const *src, const float *x, uint32_t n, float *out) {
     Vec a0[R], a1[R];
@@ -214,8 +251,10 @@ inline void fused_rows_t(const Levels &lv, const uint8_t *const *src, const floa
     for (; k + 2 * W <= n; k += 2 * W) {
         const Vec x0 = load(x + k), x1 = load(x + k + W);
         for (uint32_t j = 0; j < R; ++j) {
-            a0[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
-            a1[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8 + 1)), x1, a1[j]);
+            __m256 w0, w1;
+            decode16<Width>(lv, src[j] + k / 8 * Width, w0, w1);
+            a0[j] = xsimd::fma(Vec(w0), x0, a0[j]);
+            a1[j] = xsimd::fma(Vec(w1), x1, a1[j]);
         }
     }
     if (k + W <= n) {
