@@ -13,6 +13,7 @@
 #endif
 
 #include "kernels/kernel_table.h"
+#include "kernels/kernels.h"
 
 namespace needle {
 namespace {

@@ -4,7 +4,10 @@
 // first use. Every entry has the contract of the function of the same name in kernels.h.
 #pragma once
 
-#include "kernels/kernels.h"
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cq_matrix.h"
 
 namespace needle {
 

@@ -3,6 +3,7 @@
 // applies it to every position with the same 8-lane summation order, so a matvec equals a row
 // of a batched matmul bit for bit (cq-kernels.md §7.1, §9).
 #include "kernels/kernel_table.h"
+#include "kernels/kernels.h"  // scalar functions share the public names, in namespace scalar
 
 #include <algorithm>
 #include <cmath>

@@ -142,14 +142,22 @@ void decode_group(const CqMatrix &w, const Levels &, uint32_t r, uint32_t g, flo
 
 // ---------------------------------------------------------------- group dots for up to 4 rows
 //
-// The summation order of one row's group dot is fixed: two accumulators take alternate W-wide
-// blocks, then acc0 + acc1 is reduced, then a scalar tail. dot_rows computes R <= 4 rows that
-// share one activation with exactly that per-row order, so blocking rows (and the thread split
-// that decides R) never changes a bit.
+// The arithmetic of one row is fixed: inside a group two accumulators take alternate W-wide
+// blocks (a scalar sum takes a tail shorter than W); the group's vector a0 + a1 is scaled by the
+// group norm into a per-row vector accumulator, groups in increasing order; one horizontal sum
+// at the end. dot_rows and the fused single-position path both follow it for R <= 4 rows
+// sharing one activation, so row blocking, position tiling and the thread split never change
+// a bit (cq-kernels.md §7.1, §9).
 constexpr uint32_t kRowBlock = 4;
+constexpr uint32_t kPosTile = 32;
+
+struct RowAcc {  // one row's running sum for one position
+    Vec v;
+    float tail;
+};
 
 template <uint32_t R>
-inline void dot_rows_t(const float *const *u, const float *x, uint32_t n, float *out) {
+inline void dot_rows_t(const float *const *u, const float *x, uint32_t n, const float *nrm, RowAcc *acc) {
     Vec a0[R], a1[R];
     for (uint32_t j = 0; j < R; ++j) a0[j] = Vec(0.0f), a1[j] = Vec(0.0f);
     uint32_t k = 0;
@@ -166,20 +174,101 @@ inline void dot_rows_t(const float *const *u, const float *x, uint32_t n, float 
         k += W;
     }
     for (uint32_t j = 0; j < R; ++j) {
-        float s = xsimd::hadd(a0[j] + a1[j]);
-        for (uint32_t t = k; t < n; ++t) s += u[j][t] * x[t];
-        out[j] = s;
+        acc[j].v = xsimd::fma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);
+        if (k < n) {
+            float t = 0.0f;
+            for (uint32_t i = k; i < n; ++i) t += u[j][i] * x[i];
+            acc[j].tail += nrm[j] * t;
+        }
     }
 }
 
-inline void dot_rows(const float *const *u, uint32_t rows, const float *x, uint32_t n, float *out) {
+inline void dot_rows(const float *const *u, uint32_t rows, const float *x, uint32_t n, const float *nrm, RowAcc *acc) {
     switch (rows) {
-    case 4: dot_rows_t<4>(u, x, n, out); break;
-    case 3: dot_rows_t<3>(u, x, n, out); break;
-    case 2: dot_rows_t<2>(u, x, n, out); break;
-    default: dot_rows_t<1>(u, x, n, out); break;
+    case 4: dot_rows_t<4>(u, x, n, nrm, acc); break;
+    case 3: dot_rows_t<3>(u, x, n, nrm, acc); break;
+    case 2: dot_rows_t<2>(u, x, n, nrm, acc); break;
+    default: dot_rows_t<1>(u, x, n, nrm, acc); break;
     }
 }
+
+inline float finish(const RowAcc &a) { return xsimd::hadd(a.v) + a.tail; }
+
+#if defined(NEEDLE_FUSED_DECODE)
+// Decode-step fast path (one position): the same per-row FMA sequence as dot_rows_t, with each
+// weight block decoded straight into a register instead of through the scratch group. Requires
+// W == 8 (one decode8 block per vector), i.e. the AVX2 build.
+// Levels of the 16 indices starting at packed byte `p` (2 vectors). For 2-bit one 32-bit load
+// serves both vectors.
+template <uint32_t Width>
+inline void decode16(const Levels &lv, const uint8_t *p, __m256 &w0, __m256 &w1) {
+    if (Width == 2) {
+        uint32_t bits;
+        std::memcpy(&bits, p, 4);
+        const __m256i v = _mm256_set1_epi32(int(bits));
+        w0 = _mm256_permutevar8x32_ps(lv.lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)));
+        w1 = _mm256_permutevar8x32_ps(lv.lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30)));
+    } else {
+        w0 = decode8<Width>(lv, p, 0);
+        w1 = decode8<Width>(lv, p, 1);
+    }
+}
+
+template <uint32_t R, uint32_t Width>
+inline void fused_rows_t(const Levels &lv, const uint8_t *const *src, const float *x, uint32_t n, const float *nrm,
+                         RowAcc *acc) {
+    Vec a0[R], a1[R];
+    for (uint32_t j = 0; j < R; ++j) a0[j] = Vec(0.0f), a1[j] = Vec(0.0f);
+    uint32_t k = 0;
+    for (; k + 2 * W <= n; k += 2 * W) {
+        const Vec x0 = load(x + k), x1 = load(x + k + W);
+        for (uint32_t j = 0; j < R; ++j) {
+            __m256 w0, w1;
+            decode16<Width>(lv, src[j] + k / 8 * Width, w0, w1);
+            a0[j] = xsimd::fma(Vec(w0), x0, a0[j]);
+            a1[j] = xsimd::fma(Vec(w1), x1, a1[j]);
+        }
+    }
+    if (k + W <= n) {
+        const Vec x0 = load(x + k);
+        for (uint32_t j = 0; j < R; ++j) a0[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
+    }
+    for (uint32_t j = 0; j < R; ++j) acc[j].v = xsimd::fma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);  // no tail: W == 8
+}
+
+template <uint32_t Width>
+void fused_rows_w(const Levels &lv, const uint8_t *const *src, uint32_t rows, const float *x, uint32_t n,
+                  const float *nrm, RowAcc *acc) {
+    switch (rows) {
+    case 4: fused_rows_t<4, Width>(lv, src, x, n, nrm, acc); break;
+    case 3: fused_rows_t<3, Width>(lv, src, x, n, nrm, acc); break;
+    case 2: fused_rows_t<2, Width>(lv, src, x, n, nrm, acc); break;
+    default: fused_rows_t<1, Width>(lv, src, x, n, nrm, acc); break;
+    }
+}
+
+// One position: y[r - r0] for the row block, decode fused into the dot.
+void cq_matvec_fused(const CqMatrix &w, const Levels &lv, const float *xh, uint32_t rb, uint32_t R, float *yb) {
+    const uint32_t gbytes = w.group * w.width / 8;
+    RowAcc acc[kRowBlock];
+    for (uint32_t j = 0; j < R; ++j) acc[j] = {Vec(0.0f), 0.0f};
+    for (uint32_t g = 0; g < w.ngroups; ++g) {
+        const uint8_t *src[kRowBlock];
+        float nrm[kRowBlock];
+        for (uint32_t j = 0; j < R; ++j) {
+            src[j] = w.packed + size_t(rb + j) * w.row_bytes + size_t(g) * gbytes;
+            nrm[j] = w.norms[size_t(rb + j) * w.ngroups + g];
+        }
+        const float *xg = xh + size_t(g) * w.group;
+        switch (w.width) {
+        case 2: fused_rows_w<2>(lv, src, R, xg, w.group, nrm, acc); break;
+        case 3: fused_rows_w<3>(lv, src, R, xg, w.group, nrm, acc); break;
+        default: fused_rows_w<4>(lv, src, R, xg, w.group, nrm, acc); break;
+        }
+    }
+    for (uint32_t j = 0; j < R; ++j) yb[j] = finish(acc[j]);
+}
+#endif
 
 void fwht(float *x, uint32_t m) {
     uint32_t h = 1;
@@ -223,80 +312,10 @@ void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t
     for (uint32_t g = 0; g < cols_pad; g += group) fwht(xh + g, group);
 }
 
-#if defined(NEEDLE_FUSED_DECODE)
-// Decode-step fast path (one position): the same per-row FMA sequence as dot_rows_t, with each
-// weight block decoded straight into a register instead of through the scratch group. Requires
-// W == 8 (one decode8 block per vector), i.e. the AVX2 build.
-// Levels of the 16 indices starting at packed byte `p` (2 vectors). For 2-bit one 32-bit load
-// serves both vectors.
-template <uint32_t Width>
-inline void decode16(const Levels &lv, const uint8_t *p, __m256 &w0, __m256 &w1) {
-    if (Width == 2) {
-        uint32_t bits;
-        std::memcpy(&bits, p, 4);
-        const __m256i v = _mm256_set1_epi32(int(bits));
-        w0 = _mm256_permutevar8x32_ps(lv.lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)));
-        w1 = _mm256_permutevar8x32_ps(lv.lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30)));
-    } else {
-        w0 = decode8<Width>(lv, p, 0);
-        w1 = decode8<Width>(lv, p, 1);
-    }
-}
-
-template <uint32_t R, uint32_t Width>
-inline void fused_rows_t(const Levels &lv, const uint8_t *const *src, const float *x, uint32_t n, float *out) {
-    Vec a0[R], a1[R];
-    for (uint32_t j = 0; j < R; ++j) a0[j] = Vec(0.0f), a1[j] = Vec(0.0f);
-    uint32_t k = 0;
-    for (; k + 2 * W <= n; k += 2 * W) {
-        const Vec x0 = load(x + k), x1 = load(x + k + W);
-        for (uint32_t j = 0; j < R; ++j) {
-            __m256 w0, w1;
-            decode16<Width>(lv, src[j] + k / 8 * Width, w0, w1);
-            a0[j] = xsimd::fma(Vec(w0), x0, a0[j]);
-            a1[j] = xsimd::fma(Vec(w1), x1, a1[j]);
-        }
-    }
-    if (k + W <= n) {
-        const Vec x0 = load(x + k);
-        for (uint32_t j = 0; j < R; ++j) a0[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
-        k += W;
-    }
-    for (uint32_t j = 0; j < R; ++j) out[j] = xsimd::hadd(a0[j] + a1[j]);  // no tail: group % 8 == 0
-}
-
-template <uint32_t Width>
-void fused_rows_w(const Levels &lv, const uint8_t *const *src, uint32_t rows, const float *x, uint32_t n, float *out) {
-    switch (rows) {
-    case 4: fused_rows_t<4, Width>(lv, src, x, n, out); break;
-    case 3: fused_rows_t<3, Width>(lv, src, x, n, out); break;
-    case 2: fused_rows_t<2, Width>(lv, src, x, n, out); break;
-    default: fused_rows_t<1, Width>(lv, src, x, n, out); break;
-    }
-}
-
-// One position: y[r - r0] for the row block, decode fused into the dot.
-void cq_matvec_fused(const CqMatrix &w, const Levels &lv, const float *xh, uint32_t rb, uint32_t R, float *yb) {
-    const uint32_t gbytes = w.group * w.width / 8;
-    for (uint32_t j = 0; j < R; ++j) yb[j] = 0.0f;
-    for (uint32_t g = 0; g < w.ngroups; ++g) {
-        const uint8_t *src[kRowBlock];
-        for (uint32_t j = 0; j < R; ++j) src[j] = w.packed + size_t(rb + j) * w.row_bytes + size_t(g) * gbytes;
-        float s[kRowBlock];
-        const float *xg = xh + size_t(g) * w.group;
-        switch (w.width) {
-        case 2: fused_rows_w<2>(lv, src, R, xg, w.group, s); break;
-        case 3: fused_rows_w<3>(lv, src, R, xg, w.group, s); break;
-        default: fused_rows_w<4>(lv, src, R, xg, w.group, s); break;
-        }
-        for (uint32_t j = 0; j < R; ++j) yb[j] += w.norms[size_t(rb + j) * w.ngroups + g] * s[j];
-    }
-}
-#endif
-
 void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0,
                uint32_t count, float *y, size_t y_stride) {
     alignas(64) float ug[kRowBlock][4096];  // decoded groups of a row block; group <= 4096 (loader)
+    RowAcc acc[kPosTile][kRowBlock];
     const Levels lv(w);
     const float *u[kRowBlock] = {ug[0], ug[1], ug[2], ug[3]};
     for (uint32_t rb = r0; rb < r0 + count; rb += kRowBlock) {
@@ -308,18 +327,22 @@ void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_po
             continue;
         }
 #endif
-        for (size_t p = 0; p < n_pos; ++p)
-            for (uint32_t j = 0; j < R; ++j) yb[p * y_stride + j] = 0.0f;
-        for (uint32_t g = 0; g < w.ngroups; ++g) {
-            // Each group is decoded once and serves every position (§9).
-            for (uint32_t j = 0; j < R; ++j) decode_group(w, lv, rb + j, g, ug[j]);
-            const float *xg = xh + size_t(g) * w.group;
-            for (size_t p = 0; p < n_pos; ++p) {
-                float s[kRowBlock];
-                dot_rows(u, R, xg + p * xh_stride, w.group, s);
-                for (uint32_t j = 0; j < R; ++j)  // norm after the group dot (§7)
-                    yb[p * y_stride + j] += w.norms[size_t(rb + j) * w.ngroups + g] * s[j];
+        for (size_t p0 = 0; p0 < n_pos; p0 += kPosTile) {
+            const uint32_t P = uint32_t(n_pos - p0 < kPosTile ? n_pos - p0 : kPosTile);
+            for (uint32_t p = 0; p < P; ++p)
+                for (uint32_t j = 0; j < R; ++j) acc[p][j] = {Vec(0.0f), 0.0f};
+            for (uint32_t g = 0; g < w.ngroups; ++g) {
+                // Each group is decoded once per tile of positions (§9).
+                float nrm[kRowBlock];
+                for (uint32_t j = 0; j < R; ++j) {
+                    decode_group(w, lv, rb + j, g, ug[j]);
+                    nrm[j] = w.norms[size_t(rb + j) * w.ngroups + g];
+                }
+                const float *xg = xh + p0 * xh_stride + size_t(g) * w.group;
+                for (uint32_t p = 0; p < P; ++p) dot_rows(u, R, xg + p * xh_stride, w.group, nrm, acc[p]);
             }
+            for (uint32_t p = 0; p < P; ++p)
+                for (uint32_t j = 0; j < R; ++j) yb[(p0 + p) * y_stride + j] = finish(acc[p][j]);
         }
     }
 }
@@ -365,13 +388,22 @@ void attention_head(const float *q, const float *k_ring, const float *v_ring, ui
         scores[j] = dot(q, k_ring + size_t((lo + j) % ring) * qk_dim, qk_dim) / sc;
         mx = scores[j] > mx ? scores[j] : mx;
     }
-    float sum = 0.0f;
-    for (uint32_t j = 0; j < n; ++j) {
+    // exp over W scores at a time (xsimd's exp is within a few ulp of libm's expf).
+    const Vec vmx(mx);
+    Vec vsum(0.0f);
+    uint32_t j = 0;
+    for (; j + W <= n; j += W) {
+        const Vec e = xsimd::exp(load(scores + j) - vmx);
+        e.store_unaligned(scores + j);
+        vsum += e;
+    }
+    float sum = xsimd::hadd(vsum);
+    for (; j < n; ++j) {
         scores[j] = std::exp(scores[j] - mx);
         sum += scores[j];
     }
     for (uint32_t d = 0; d < v_dim; ++d) out[d] = 0.0f;
-    for (uint32_t j = 0; j < n; ++j)
+    for (j = 0; j < n; ++j)
         axpy(scores[j] / sum, v_ring + size_t((lo + j) % ring) * v_dim, out, v_dim);
 }
 
