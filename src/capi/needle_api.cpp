@@ -351,6 +351,18 @@ needle_status needle_generate(needle_state *state, needle_batch *batch, const ch
                               const needle_generate_params *params, needle_token_callback callback, void *user_data,
                               needle_generate_result *result) {
     const char *fn = "needle_generate";
+    // The result is checked and cleared first, so that every later failure reports "did not
+    // generate" (NEEDLE_STOP_NONE, zero counts) instead of leaving the caller's old bytes.
+    if (result) {
+        if (result->struct_size < sizeof(needle_generate_result))
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: result.struct_size %u is not %zu", fn, result->struct_size,
+                          sizeof(needle_generate_result));
+        result->prompt_tokens = 0;
+        result->generated_tokens = 0;
+        result->stop_reason = NEEDLE_STOP_NONE;
+        result->prefill_ms = 0.0;
+        result->decode_ms = 0.0;
+    }
     if (!state) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: state is NULL", fn);
     if (!prompt && prompt_len > 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: prompt is NULL", fn);
     if (batch && batch->model != state->model)
@@ -362,9 +374,6 @@ needle_status needle_generate(needle_state *state, needle_batch *batch, const ch
             return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u is not %zu", fn, params->struct_size, sizeof p);
         p = *params;
     }
-    if (result && result->struct_size < sizeof(needle_generate_result))
-        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: result.struct_size %u is not %zu", fn, result->struct_size,
-                      sizeof(needle_generate_result));
     needle::GenerateOptions opt;
     opt.max_tokens = p.max_tokens;
     opt.sampling.temperature = p.temperature;
