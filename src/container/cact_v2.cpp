@@ -203,8 +203,8 @@ void check_attention_fields(const HeaderV2 &h) {
 
 // ------------------------------------------------------------------ §12.2 codebook
 
-// Rule 11. The SHOULD comparison against the reference books is skipped on purpose:
-// synthetic writers may use other group sizes, which rescale the books.
+// Rule 11. The SHOULD comparison against the reference books needs the group size, which only
+// the directory gives: check_codebook_reference() runs after it.
 void read_codebook(const uint8_t *p, float *cb) {
     struct Book { uint32_t first, count, bits; };
     const Book books[] = {{0, 4, 2}, {4, 8, 3}, {12, 16, 4}};
@@ -218,6 +218,28 @@ void read_codebook(const uint8_t *p, float *cb) {
                 bad(strf("codebook: %u-bit level %u = %.9g is not above level %u = %.9g", b.bits,
                          k, double(v), k - 1, double(cb[b.first + k - 1])));
         }
+    }
+}
+
+// Rule 11, second sentence (SHOULD): each level times sqrt(G) lies within 1e-4 of the reference
+// unit books (cq-kernels.md §2.2). Only meaningful once G is known, so it runs after the
+// directory. It also bounds the levels: a finite but huge level (say 3e38) passes the ordering
+// checks above, then overflows every CQ dot product to inf and the logits to NaN.
+void check_codebook_reference(const float *cb, uint32_t group) {
+    static const double kUnit[kCodebookLen] = {
+        -1.5066708, -0.4514406, 0.4529475, 1.5099326,                                      // 2-bit
+        -2.1412479, -1.3337165, -0.7483983, -0.2377402, 0.2500446, 0.7555868, 1.3379826,  // 3-bit
+        2.1476363,
+        -2.7099900, -2.0444556, -1.5947570, -1.2333362, -0.9222140, -0.6395374, -0.3726639,  // 4-bit
+        -0.1144507, 0.1438063, 0.4039890, 0.6726934, 0.9614053, 1.2755258, 1.6370588, 2.0844264,
+        2.7410141};
+    const double root = std::sqrt(double(group));
+    for (uint32_t i = 0; i < kCodebookLen; ++i) {
+        const uint32_t bits = i < 4 ? 2 : i < 12 ? 3 : 4, k = i < 4 ? i : i < 12 ? i - 4 : i - 12;
+        const double unit = double(cb[i]) * root;
+        if (!(std::fabs(unit - kUnit[i]) <= 1e-4))
+            bad(strf("codebook: %u-bit level %u = %.9g is %.7f x 1/sqrt(group %u); the reference unit "
+                     "level is %.7f (cq-kernels.md 2.2)", bits, k, double(cb[i]), unit, group, kUnit[i]));
     }
 }
 
@@ -644,6 +666,7 @@ ContainerV2 parse_cact_v2(const uint8_t *data, size_t size) {
     c.canon = CanonV2{c.header.num_layers, c.header.num_engram_sites};
     Parser p(data, size, c);
     p.directory();  // rules 12-18
+    if (c.group != 0) check_codebook_reference(c.codebook, c.group);  // rule 11 SHOULD, needs G
     p.canon();      // rules 19-22
     p.payload();    // rules 23-24
     return c;

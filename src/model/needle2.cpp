@@ -103,6 +103,18 @@ uint32_t engram_hash(const uint32_t *hist, uint32_t p, uint32_t tau, uint32_t or
     return acc % slots;
 }
 
+// A finite rope_theta > 0 (container rule 9) can still be so small that a RoPE frequency or
+// angle overflows float; cos/sin of inf is NaN, which would poison every logit. Checked before
+// anything is allocated, with the same float arithmetic as the table in bind().
+void check_rope(const Needle2Geometry &g) {
+    for (uint32_t i = 0; i < g.hd / 2; ++i) {
+        const float inv_freq = 1.0f / std::pow(g.rope_theta, float(2 * i) / float(g.hd));
+        if (!std::isfinite(inv_freq) || !std::isfinite(float(g.Tmax - 1) * inv_freq))
+            fail(NEEDLE_E_FORMAT, strf("header: rope_theta %g gives a non-finite RoPE angle (head_dim %u, "
+                                       "max_seq_len %u)", double(g.rope_theta), g.hd, g.Tmax));
+    }
+}
+
 }  // namespace
 
 uint32_t needle2_effective_window(const HeaderV2 &h) {
@@ -204,6 +216,11 @@ Needle2Model::Needle2Model(std::shared_ptr<const FileBytes> bytes, const Contain
     g.S = h.num_engram_sites, g.T = h.num_engram_tables, g.slots = h.engram_slots;
     g.sub = h.engram_sub_dim, g.F = g.T * g.sub, g.taps = h.engram_conv_taps;
     g.dil = h.engram_conv_dilation, g.num_orders = h.num_engram_orders;
+    if (g.S == 0) {
+        // Without sites the engram header fields are unchecked (container-v2.md §12.1 rule 7)
+        // and meaningless: they must not size anything (T * sub could wrap, or ask for GBs).
+        g.T = g.slots = g.sub = g.F = g.taps = 0;
+    }
     g.heads_e = g.num_orders ? g.T / g.num_orders : 0;
     for (int i = 0; i < 4; ++i) g.orders[i] = h.engram_orders[i];
     g.G = c.group ? c.group : 128;
@@ -211,6 +228,10 @@ Needle2Model::Needle2Model(std::shared_ptr<const FileBytes> bytes, const Contain
     g.nD = g.n * g.D, g.nD_pad = round_up(g.nD, g.G);
     g.rope_theta = h.rope_theta;
     default_window_ = needle2_effective_window(h);
+    check_rope(g);
+    // The tokenizer blob is validated before the weights are converted: a damaged blob is
+    // refused without allocating the arena.
+    if (c.tokenizer) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::parse(c.tokenizer, c.tokenizer_bytes, g.V));
     bind(c);
 
     info_.format_version = 2;
@@ -221,8 +242,7 @@ Needle2Model::Needle2Model(std::shared_ptr<const FileBytes> bytes, const Contain
     info_.file_bytes = c.file_bytes;
     for (const TensorRecord &t : c.tensors)
         if (t.dtype != DType::RAW) info_.weight_bytes += t.nbytes;
-    if (c.tokenizer) {
-        tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::parse(c.tokenizer, c.tokenizer_bytes, g.V));
+    if (tokenizer_) {
         info_.bos_id = tokenizer_->bos_id(), info_.eos_id = tokenizer_->eos_id();
         info_.pad_id = tokenizer_->pad_id(), info_.unk_id = tokenizer_->unk_id();
     }
