@@ -290,13 +290,10 @@ TEST_CASE("misuse: 1,000 create/free cycles of models, failed loads, states and 
     if (!kSanitized) CHECK(grown < 2 * 1024 * 1024);
 }
 
-// KNOWN ISSUE (reported with issue #4): each state owns a tbb::task_arena; once TBB worker
-// threads have joined an arena (a batched prefill of >= 2 positions, or a large matmul), oneTBB
-// 2021.8 keeps about 7 KB per destroyed arena, so creating and using states in a loop grows
-// memory without bound (reproduced with TBB alone: create an arena, execute a 2-way
-// parallel_for in it, destroy it; RSS +7 KB per iteration). Remove may_fail once states reuse
-// their arenas (e.g. a per-model pool).
-TEST_CASE("misuse: 1,000 cycles with worker threads keep memory flat" * doctest::may_fail()) {
+// With worker threads: they join each state's task arena (a batched prefill of >= 2 positions, a
+// large matmul). oneTBB keeps ~7 KB per destroyed arena that workers joined, which grew memory
+// without bound until states leased their arenas from a pool (core/arena_pool.h).
+TEST_CASE("misuse: 1,000 cycles with worker threads keep memory flat") {
     int failures = 0;
     const long grown = rss_growth_over_cycles(2, failures);
     CHECK(failures == 0);

@@ -8,8 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include <tbb/task_arena.h>
-
+#include "core/arena_pool.h"
 #include "tokenizer/tokenizer.h"
 
 namespace needle {
@@ -51,9 +50,10 @@ public:
     virtual ~Sequence() = default;
     virtual void reset() = 0;  // back to position 0
     uint32_t pos = 0;          // next position to write = tokens fed so far
-    // This sequence's worker threads (sized from needle_model_params.n_threads); its own arena,
-    // so concurrent sequences never wait on each other's slots, and no process-wide TBB limit.
-    std::unique_ptr<tbb::task_arena> arena;
+    // This sequence's worker threads (sized from needle_model_params.n_threads); its own arena
+    // while it lives (leased from a pool, core/arena_pool.h), so concurrent sequences never wait
+    // on each other's slots, and no process-wide TBB limit.
+    ArenaLease arena;
 };
 
 // Scratch for a forward pass over up to `capacity` positions at once.

@@ -162,7 +162,7 @@ std::unique_ptr<Sequence> Needle2Model::new_sequence(int32_t kv_window) const {
     s->hist.assign(g.Tmax, 0u);
     s->kv.assign(size_t(g.L) * 2 * g.K * s->ring * g.hd, 0.0f);
     s->vraw.assign(size_t(g.S) * s->vring * g.D, 0.0f);
-    s->arena = std::make_unique<tbb::task_arena>(n_threads_ > 0 ? n_threads_ : int(tbb::task_arena::automatic));
+    s->arena = ArenaLease(n_threads_);
     return s;
 }
 

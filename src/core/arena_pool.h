@@ -1,0 +1,34 @@
+// Task arenas for sequences: each live sequence holds one arena of its own, leased from a
+// process-wide pool and given back (not destroyed) when the sequence dies.
+//
+// Why a pool: oneTBB 2021.8 keeps about 7 KB for every destroyed arena that worker threads have
+// joined, so creating and freeing states in a loop would grow memory without bound. Reusing
+// arenas bounds that by the largest number of sequences ever alive at once. And since giving an
+// arena back never calls into TBB, a state may be freed from any thread at any time, including
+// a garbage collector's finalizer while the process exits.
+#pragma once
+
+#include <tbb/task_arena.h>
+
+namespace needle {
+
+class ArenaLease {
+public:
+    ArenaLease() = default;
+    // An arena of `n_threads` slots (0 = all cores). Throws std::bad_alloc.
+    explicit ArenaLease(int n_threads);
+    ArenaLease(ArenaLease &&other) noexcept;
+    ArenaLease &operator=(ArenaLease &&other) noexcept;
+    ArenaLease(const ArenaLease &) = delete;
+    ArenaLease &operator=(const ArenaLease &) = delete;
+    ~ArenaLease();  // gives the arena back to the pool; never throws, never calls TBB
+
+    tbb::task_arena *operator->() const { return arena_; }
+
+private:
+    void give_back() noexcept;
+    tbb::task_arena *arena_ = nullptr;
+    int n_threads_ = 0;
+};
+
+}  // namespace needle
