@@ -75,7 +75,7 @@ if [ "$MODE" = asan ] || [ "$MODE" = all ]; then
   dir=${NEEDLE_ASAN_BUILD:-$ROOT/build-asan}
   san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
   echo "sanitize: ASan + UBSan build in $dir"
-  if configure_and_build "$dir" "$san" "-fsanitize=address,undefined" needle needle_tests needle_demo_model; then
+  if configure_and_build "$dir" "$san" "-fsanitize=address,undefined" needle needle_tests needle_demo_model dlclose_probe; then
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
       run_ctest asan "$dir" -E '^(isa\.|logits v2: needle2|fastpath: .*needle2)'

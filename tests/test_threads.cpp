@@ -17,9 +17,25 @@
 #include "fixtures.h"
 #include "needle.h"
 
+#if defined(__SANITIZE_THREAD__)
+#include <tbb/global_control.h>
+#endif
+
 using namespace api_test;
 
 namespace {
+
+#if defined(__SANITIZE_THREAD__)
+// Under ThreadSanitizer (scripts/sanitize.sh tsan) oneTBB runs without worker threads: libtbb is
+// not instrumented, so TSan cannot see the synchronisation of its task hand-offs and would report
+// every buffer a worker wrote and the caller read after the join (hundreds of false reports in
+// our kernels). With one thread per arena each forward pass runs on its caller, so every report
+// left is about what these tests are for: host threads sharing a model, states moving between
+// threads, handle lifetimes and per-thread errors. The worker split itself is covered by the
+// bit-identical n_threads tests (tests/test_fastpath.cpp). This object lives in the test binary
+// and applies to the whole TSan process.
+const tbb::global_control tsan_no_workers(tbb::global_control::max_allowed_parallelism, 1);
+#endif
 
 // Eight prompts of different lengths and content (some share a prefix, one is mostly bytes).
 const std::vector<std::string> kPrompts = {
