@@ -22,10 +22,18 @@ SECS=${1:-60}
 OUT=${NEEDLE_FUZZ_BUILD:-$ROOT/build-fuzz}
 TARGETS=${NEEDLE_FUZZ_TARGETS:-"fuzz_load fuzz_tokenizer fuzz_tokenizer_blob"}
 JOBS=${NEEDLE_FUZZ_JOBS:-$(nproc)}
-CXX=${CXX_FUZZ:-$(command -v clang++-14 || command -v clang++ || true)}
+find_clang() { command -v clang++-14 || command -v clang++ || true; }
+CXX=${CXX_FUZZ:-$(find_clang)}
 if [ -z "$CXX" ]; then
-  echo "fuzz: clang++ not found (apt-get install clang)" >&2
-  exit 2
+  # A fresh CI machine has g++ only: Debian's clang and its sanitizer/libFuzzer runtime.
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "fuzz: installing clang libclang-rt-dev"
+  { $sudo apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends clang libclang-rt-dev; } >/dev/null ||
+    { echo "fuzz: apt-get install clang failed" >&2; exit 2; }
+  CXX=$(find_clang)
+  [ -n "$CXX" ] || { echo "fuzz: clang++ not found after install" >&2; exit 2; }
 fi
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
