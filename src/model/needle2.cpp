@@ -50,7 +50,7 @@ void to_f32(const TensorRecord &t, float *out) {
         std::memcpy(out, t.data, n * 4);
         return;
     }
-    for (uint64_t i = 0; i < n; ++i) out[i] = f16_to_f32(uint16_t(t.data[2 * i] | t.data[2 * i + 1] << 8));
+    f16_to_f32_n(t.data, n, out);
 }
 
 float silu(float z) { return z * sigmoid(z); }
@@ -174,6 +174,7 @@ struct Needle2Model::Work final : Workspace {
     // Per-position strides are the widths below; every pointer is [capacity][width].
     float *X, *Xn, *xh, *f, *fh, *ek, *ev, *vchunk, *a, *b, *rv, *u, *bx, *t, *hAh;
     float *q, *k, *v, *gl, *o, *oh, *att, *y, *mlp, *scores, *hf, *hfh;
+    float *rope;  // [capacity][hd]: cos then sin of each position's RoPE angles (§2.1)
 };
 
 std::unique_ptr<Workspace> Needle2Model::new_workspace(uint32_t cap) const {
@@ -183,10 +184,10 @@ std::unique_ptr<Workspace> Needle2Model::new_workspace(uint32_t cap) const {
     const size_t nD = g.nD, SD = size_t(g.S) * g.D;
     const size_t widths[] = {nD, nD, g.nD_pad, g.F_pad, g.F_pad, SD, SD, SD, g.n, g.n,
                              size_t(g.n) * g.n, g.D, g.D, g.D, g.D_pad, g.A, g.Kd, g.Kd, g.A,
-                             g.A, g.A_pad, g.D, g.D, g.Nh};
+                             g.A, g.A_pad, g.D, g.D, g.Nh, g.hd};
     float **ptrs[] = {&w->X, &w->Xn, &w->xh, &w->f, &w->fh, &w->ek, &w->ev, &w->vchunk,
                       &w->a, &w->b, &w->rv, &w->u, &w->bx, &w->t, &w->hAh, &w->q, &w->k,
-                      &w->v, &w->gl, &w->o, &w->oh, &w->att, &w->y, &w->mlp};
+                      &w->v, &w->gl, &w->o, &w->oh, &w->att, &w->y, &w->mlp, &w->rope};
     static_assert(sizeof widths / sizeof widths[0] == sizeof ptrs / sizeof ptrs[0], "buffers");
     size_t total = size_t(g.Tmax) + g.D + g.D_pad;  // scores, hf, hfh (single)
     for (size_t wd : widths) total += wd * cap;
@@ -252,7 +253,7 @@ void Needle2Model::bind(const ContainerV2 &c) {
     const Needle2Geometry &g = g_;
     const CanonV2 &cn = c.canon;
     const uint32_t last = cn.final_norm();  // probe heads (after final_norm) are not bound here
-    size_t need = 4 * 256 * 2 + 2 * 256 + 16 + 8 + 4 * 2 + size_t(g.Tmax) * g.hd;  // LUTs, RoPE
+    size_t need = 4 * 256 * 2 + 2 * 256 + 16 + 8 + 4 * 2 + g.hd / 2;  // LUTs, RoPE frequencies
     for (uint32_t i = 0; i <= last; ++i) {
         const TensorRecord &t = c.tensors[i];
         need += t.dtype == DType::CQ ? size_t(t.shape[0]) * ((t.shape[1] + t.group - 1) / t.group)
@@ -292,8 +293,7 @@ void Needle2Model::bind(const ContainerV2 &c) {
         }
         float *nrm = ar.take(size_t(m.rows) * m.ngroups);
         const uint8_t *src = t.data + size_t(m.rows) * m.row_bytes;
-        for (size_t i = 0; i < size_t(m.rows) * m.ngroups; ++i)
-            nrm[i] = f16_to_f32(uint16_t(src[2 * i] | src[2 * i + 1] << 8));
+        f16_to_f32_n(src, size_t(m.rows) * m.ngroups, nrm);
         m.norms = nrm;
         return m;
     };
@@ -330,18 +330,24 @@ void Needle2Model::bind(const ContainerV2 &c) {
     }
     final_norm_ = fp(cn.final_norm());
 
-    // RoPE table (§2.1): float32 inv_freq and angle, cos/sin evaluated in double.
-    const uint32_t half = g.hd / 2;
-    float *cs = ar.take(size_t(g.Tmax) * half), *sn = ar.take(size_t(g.Tmax) * half);
-    for (uint32_t i = 0; i < half; ++i) {
-        const float inv_freq = 1.0f / std::pow(g.rope_theta, float(2 * i) / float(g.hd));
-        for (uint32_t p = 0; p < g.Tmax; ++p) {
-            const float angle = float(p) * inv_freq;
-            cs[size_t(p) * half + i] = float(std::cos(double(angle)));
-            sn[size_t(p) * half + i] = float(std::sin(double(angle)));
+    // RoPE frequencies (§2.1), float32. The cos/sin rows are made per position by rope_rows():
+    // a [max_seq_len][head_dim] table cost ~5 M instructions at load and 512 KB for needle2.
+    float *inv_freq = ar.take(g.hd / 2);
+    for (uint32_t i = 0; i < g.hd / 2; ++i) inv_freq[i] = 1.0f / std::pow(g.rope_theta, float(2 * i) / float(g.hd));
+    rope_inv_freq_ = inv_freq;
+}
+
+// RoPE angles of positions p0 .. p0+n-1 (§2.1): float32 angle, cos and sin evaluated in double.
+void Needle2Model::rope_rows(Work &w, uint32_t p0, uint32_t n) const {
+    const uint32_t half = g_.hd / 2;
+    for (uint32_t i = 0; i < n; ++i) {
+        float *cs = w.rope + size_t(i) * g_.hd, *sn = cs + half;
+        for (uint32_t k = 0; k < half; ++k) {
+            const float angle = float(p0 + i) * rope_inv_freq_[k];
+            cs[k] = float(std::cos(double(angle)));
+            sn[k] = float(std::sin(double(angle)));
         }
     }
-    rope_cos_ = cs, rope_sin_ = sn;
 }
 
 // ---------------------------------------------------------------- forward pass
@@ -353,6 +359,7 @@ void Needle2Model::forward(Sequence &seq, Workspace &ws, const uint32_t *tokens,
     const uint32_t p0 = s.pos;
     std::copy(tokens, tokens + n, s.hist.begin() + p0);  // step 1, whole chunk first (§6)
     embed(w, tokens, n);
+    rope_rows(w, p0, n);
     engram(s, w, p0, n);
     for (uint32_t l = 0; l < g_.L; ++l) layer(s, w, l, p0, n);
     s.pos = p0 + n;
@@ -478,7 +485,7 @@ void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t 
     const uint32_t half = g.hd / 2, group = g.H / g.K;
     for (uint32_t i = 0; i < n; ++i) {
         const uint32_t p = p0 + i;
-        const float *cs = rope_cos_ + size_t(p) * half, *sn = rope_sin_ + size_t(p) * half;
+        const float *cs = w.rope + size_t(i) * g.hd, *sn = cs + half;
         float *q = w.q + size_t(i) * g.A, *k = w.k + size_t(i) * g.Kd, *v = w.v + size_t(i) * g.Kd;
         for (uint32_t r = 0; r < g.H; ++r) {
             zcrms(q + r * g.hd, ly.q_norm, g.hd, q + r * g.hd);

@@ -50,16 +50,17 @@ private:
     Needle2Geometry g_;
     uint32_t default_window_;  // effective header window, model-v2.md §4.2 (0 = full causal)
 
-    std::vector<float> arena_;  // FP16 tensors and CQ norms converted to f32, LUTs, RoPE tables
+    std::vector<float> arena_;  // FP16 tensors and CQ norms converted to f32, LUTs, RoPE frequencies
     CqMatrix embedding_, phi_pre_, phi_post_, phi_res_;
     std::vector<Needle2Layer> layers_;
     std::vector<Needle2EngramSite> sites_;
     std::vector<int32_t> site_of_layer_;  // -1 or the site index applied at that layer
     const float *a_pre_, *a_post_, *a_res_, *b_pre_, *b_post_, *b_res_, *final_norm_;
-    const float *rope_cos_, *rope_sin_;  // [Tmax][hd/2]
+    const float *rope_inv_freq_;  // [hd/2]
 
     void bind(const ContainerV2 &c);
     void embed(Work &w, const uint32_t *tokens, uint32_t n) const;
+    void rope_rows(Work &w, uint32_t p0, uint32_t n) const;
     void engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const;
     void layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const;
     void attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const;
