@@ -1,7 +1,7 @@
 /* needle-bench: load time, prefill and decode throughput and peak memory of one model.
  *
  *   needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T]
- *                [--chunk C] [--runs R] [--json]
+ *                [--chunk C] [--runs R] [--kv f32|int8] [--json]
  *
  * The prompt is a fixed pseudo-random token sequence (no tokenizer needed), prefilled through a
  * batch of C positions (C = 0: one position at a time); then M greedy decode steps. Figures are
@@ -58,6 +58,7 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     long prompt_n = 512, decode_n = 128, threads = 0, chunk = 128, runs = 3;
     int json = 0;
+    const char *kv = "f32";
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
@@ -68,11 +69,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) threads = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--chunk")) chunk = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--runs")) runs = arg_long(a, argv[++i]);
+        else if (!strcmp(a, "--kv")) kv = argv[++i];
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
     }
-    if (!path || runs < 1 || prompt_n < 1) {
+    if (!path || runs < 1 || prompt_n < 1 || (strcmp(kv, "f32") && strcmp(kv, "int8"))) {
         fprintf(stderr, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] "
-                        "[--threads T] [--chunk C] [--runs R] [--json]\n");
+                        "[--threads T] [--chunk C] [--runs R] [--kv f32|int8] [--json]\n");
         return 2;
     }
 
@@ -84,11 +86,12 @@ int main(int argc, char **argv) {
     needle_model *model = NULL;
     for (long r = 0; r < runs; ++r) {  /* load time: median of R loads */
         needle_model *m = NULL;
+        needle_model_free(model);  /* one model mapped at a time: the RSS is one session's */
+        model = NULL;
         const double t0 = now_ms();
         needle_status st = needle_model_load_file(path, &mp, &m);
         load[r] = now_ms() - t0;
         if (st != NEEDLE_OK) return die(path, st);
-        if (model) needle_model_free(model);
         model = m;
     }
     needle_model_info info;
@@ -111,7 +114,10 @@ int main(int argc, char **argv) {
     }
     for (long r = 0; r < runs; ++r) {
         needle_state *s = NULL;
-        needle_status st = needle_state_create(model, &s);
+        needle_state_params sp;
+        needle_state_params_init(&sp);
+        sp.kv_type = strcmp(kv, "int8") ? NEEDLE_KV_F32 : NEEDLE_KV_INT8;
+        needle_status st = needle_state_create_ex(model, &sp, &s);
         if (st != NEEDLE_OK) return die("state", st);
         double t0 = now_ms();
         st = needle_state_prefill(s, batch, prompt, (size_t)prompt_n, logits, info.vocab_size);
@@ -132,13 +138,14 @@ int main(int argc, char **argv) {
     const double pre_tps = prompt_n / (prefill_ms / 1e3), dec_tps = decode_n ? decode_n / (decode_ms / 1e3) : 0.0;
     const long long rss = (long long)ru.ru_maxrss * 1024;
     if (json) {
-        printf("{\"isa\":\"%s\",\"threads\":%ld,\"chunk\":%ld,\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
+        printf("{\"isa\":\"%s\",\"threads\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
                "\"prefill_ms\":%.3f,\"prefill_tok_per_s\":%.1f,\"decode_tokens\":%ld,\"decode_ms\":%.3f,"
                "\"decode_tok_per_s\":%.1f,\"peak_rss_bytes\":%lld}\n",
-               needle_kernel_isa(), threads, chunk, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
+               needle_kernel_isa(), threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
                dec_tps, rss);
     } else {
-        printf("model %s (isa %s, threads %ld, chunk %ld, runs %ld)\n", path, needle_kernel_isa(), threads, chunk, runs);
+        printf("model %s (isa %s, threads %ld, chunk %ld, kv %s, runs %ld)\n", path, needle_kernel_isa(), threads,
+               chunk, kv, runs);
         printf("load     %8.3f ms\n", load_ms);
         printf("prefill  %8.1f ms  %5ld tokens  %8.1f tok/s\n", prefill_ms, prompt_n, pre_tps);
         printf("decode   %8.1f ms  %5ld tokens  %8.1f tok/s\n", decode_ms, decode_n, dec_tps);

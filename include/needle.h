@@ -167,15 +167,25 @@ NEEDLE_API needle_status needle_model_get_info(const needle_model *model, needle
  *  Returns NEEDLE_OK, INVALID_ARGUMENT, NO_MEMORY. */
 NEEDLE_API needle_status needle_state_create(needle_model *model, needle_state **out);
 
+/** Element type of a state's KV cache (needle_state_params.kv_type). */
+typedef enum needle_kv_type {
+    NEEDLE_KV_F32 = 0,  /* float32: the reference numerics (model-v2.md §4.4) */
+    NEEDLE_KV_INT8 = 1  /* int8 + one float32 scale per position and KV head: 3.8x less KV
+                           memory (needle2: 3.7 MB instead of 14.2 MB at window 256); logits
+                           are no longer bit-faithful (README, "int8 KV cache": measured error) */
+} needle_kv_type;
+
 /** Options of needle_state_create_ex. Initialise with needle_state_params_init(). */
 typedef struct needle_state_params {
     uint32_t struct_size;
     int32_t kv_window; /* -1 (default): the model's window; 0: full causal attention over the
                           whole sequence (ring of max_seq_len positions, as upstream's reference
                           runs with window 0); > 0: this window in tokens */
+    int32_t kv_type;   /* needle_kv_type; default NEEDLE_KV_F32. Added after the first layout:
+                          a struct_size that ends before it means NEEDLE_KV_F32 */
 } needle_state_params;
 
-/** Fills `p` with defaults (kv_window -1). NULL is ignored. */
+/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32). NULL is ignored. */
 NEEDLE_API void needle_state_params_init(needle_state_params *p);
 
 /** needle_state_create with options (`p` NULL = defaults). */

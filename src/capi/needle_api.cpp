@@ -211,6 +211,7 @@ void needle_state_params_init(needle_state_params *p) {
     if (!p) return;
     p->struct_size = sizeof *p;
     p->kv_window = -1;
+    p->kv_type = NEEDLE_KV_F32;
 }
 
 needle_status needle_state_create_ex(needle_model *model, const needle_state_params *p, needle_state **out) {
@@ -219,17 +220,26 @@ needle_status needle_state_create_ex(needle_model *model, const needle_state_par
     needle_state_params params;
     needle_state_params_init(&params);
     if (p) {
-        if (p->struct_size < sizeof(needle_state_params))
-            return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: params.struct_size %u is not %zu",
-                          p->struct_size, sizeof(needle_state_params));
-        params = *p;
+        // The first layout ended after kv_window; later fields keep their defaults for it.
+        const size_t v1 = offsetof(needle_state_params, kv_type);
+        if (p->struct_size < v1)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: params.struct_size %u < %zu"
+                          " (call needle_state_params_init)", p->struct_size, v1);
+        std::memcpy(&params, p, std::min<size_t>(p->struct_size, sizeof params));
+        params.struct_size = sizeof params;
     }
     if (params.kv_window < -1)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: kv_window %d (use -1, 0 or > 0)", params.kv_window);
+    if (params.kv_type != NEEDLE_KV_F32 && params.kv_type != NEEDLE_KV_INT8)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: kv_type %d (use NEEDLE_KV_F32 0 or NEEDLE_KV_INT8 1)",
+                      params.kv_type);
     return guarded([&] {
         auto s = std::make_unique<needle_state>();
         s->model = model->m;
-        s->seq = s->model->new_sequence(params.kv_window);
+        needle::SequenceOptions so;
+        so.kv_window = params.kv_window;
+        so.kv_type = params.kv_type == NEEDLE_KV_INT8 ? needle::KvType::INT8 : needle::KvType::F32;
+        s->seq = s->model->new_sequence(so);
         s->step = s->model->new_workspace(1);
         s->gen = std::make_unique<needle::Generator>(*s->model);
         *out = s.release();

@@ -5,6 +5,8 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -106,9 +108,21 @@ void fwht(float *x, uint32_t m) { active_kernels().fwht(x, m); }
 void rms_unit(const float *x, uint32_t n, float *y) { active_kernels().rms_unit(x, n, y); }
 void zcrms(const float *x, const float *gamma, uint32_t n, float *y) { active_kernels().zcrms(x, gamma, n, y); }
 void rope(float *x, uint32_t dim, const float *c, const float *s) { active_kernels().rope(x, dim, c, s); }
-void attention_head(const float *q, const float *k_ring, const float *v_ring, uint32_t qk_dim, uint32_t v_dim,
-                    uint32_t ring, uint32_t lo, uint32_t hi, float *scores, float *out) {
-    active_kernels().attention_head(q, k_ring, v_ring, qk_dim, v_dim, ring, lo, hi, scores, out);
+void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> &v, uint32_t lo, uint32_t hi,
+                    float *scores, float *out) {
+    active_kernels().attention_head(q, k, v, lo, hi, scores, out);
+}
+void attention_head(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t> &v, uint32_t lo, uint32_t hi,
+                    float *scores, float *out) {
+    active_kernels().attention_head_i8(q, k, v, lo, hi, scores, out);
+}
+
+void quantize_i8(const float *x, uint32_t n, int8_t *q, float *scale) {
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float s = amax / 127.0f;
+    *scale = s;
+    for (uint32_t i = 0; i < n; ++i) q[i] = s > 0.0f ? int8_t(std::lround(x[i] / s)) : int8_t(0);
 }
 
 }  // namespace needle

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cq_matrix.h"
+#include "kernels/kv_ring.h"
 
 namespace needle {
 
@@ -20,8 +21,10 @@ struct KernelTable {
     void (*rms_unit)(const float *, uint32_t, float *);
     void (*zcrms)(const float *, const float *, uint32_t, float *);
     void (*rope)(float *, uint32_t, const float *, const float *);
-    void (*attention_head)(const float *, const float *, const float *, uint32_t, uint32_t, uint32_t,
-                           uint32_t, uint32_t, float *, float *);
+    void (*attention_head)(const float *, const KvRing<float> &, const KvRing<float> &, uint32_t, uint32_t,
+                           float *, float *);
+    void (*attention_head_i8)(const float *, const KvRing<int8_t> &, const KvRing<int8_t> &, uint32_t,
+                              uint32_t, float *, float *);
 };
 
 namespace scalar { const KernelTable &table(); }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cq_matrix.h"
+#include "kernels/kv_ring.h"
 
 namespace needle {
 
@@ -39,12 +40,18 @@ void zcrms(const float *x, const float *gamma, uint32_t n, float *y);
 // (model-v2.md §2.1): pairs (i, i + dim/2).
 void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row);
 
-// Single-query attention over keys at positions lo..hi (inclusive) of a ring of `ring` slots:
-// key j lives at k_ring + (j % ring) * qk_dim, its value at v_ring + (j % ring) * v_dim.
-// out[v_dim] = softmax_j(q . k_j / sqrt(qk_dim)) weighted sum of v_j. scores: hi-lo+1 floats.
-void attention_head(const float *q, const float *k_ring, const float *v_ring, uint32_t qk_dim,
-                    uint32_t v_dim, uint32_t ring, uint32_t lo, uint32_t hi, float *scores,
-                    float *out);
+// Single-query attention over keys at positions lo..hi (inclusive) of a KV ring (kv_ring.h):
+// out[v.dim] = softmax_j(q . k_j / sqrt(k.dim)) weighted sum of v_j. scores: hi-lo+1 floats.
+// The int8 form reads rows as scale * int8 (model-v2.md §4.4: an optional, not bit-faithful cache).
+void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> &v, uint32_t lo,
+                    uint32_t hi, float *scores, float *out);
+void attention_head(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t> &v, uint32_t lo,
+                    uint32_t hi, float *scores, float *out);
+
+// Symmetric int8 of x[0..n): scale = max|x| / 127 (0 for an all-zero x), q[i] = round(x[i] / scale)
+// to nearest, ties away from zero. The same code for every ISA, so an int8 cache is identical
+// whichever kernels wrote it.
+void quantize_i8(const float *x, uint32_t n, int8_t *q, float *scale);
 
 inline float sigmoid(float z);
 

@@ -14,20 +14,23 @@ namespace scalar {
 namespace {
 
 // sum_k a[k]*b[k], k < n (n % 8 == 0): lane k%8 accumulates, lanes summed left to right.
-inline float dot8(const float *a, const float *b, uint32_t n) {
+// B is float, or int8_t for an int8 KV row (converted exactly).
+template <class B>
+inline float dot8(const float *a, const B *b, uint32_t n) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (uint32_t k = 0; k < n; k += 8)
-        for (uint32_t j = 0; j < 8; ++j) acc[j] += a[k + j] * b[k + j];
+        for (uint32_t j = 0; j < 8; ++j) acc[j] += a[k + j] * float(b[k + j]);
     float s = acc[0];
     for (uint32_t j = 1; j < 8; ++j) s += acc[j];
     return s;
 }
 
 // Any-length dot product with the same lane order, plus a sequential tail.
-inline float dot_any(const float *a, const float *b, uint32_t n) {
+template <class B>
+inline float dot_any(const float *a, const B *b, uint32_t n) {
     const uint32_t n8 = n & ~7u;
     float s = n8 ? dot8(a, b, n8) : 0.0f;
-    for (uint32_t k = n8; k < n; ++k) s += a[k] * b[k];
+    for (uint32_t k = n8; k < n; ++k) s += a[k] * float(b[k]);
     return s;
 }
 
@@ -122,15 +125,16 @@ void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
     }
 }
 
-void attention_head(const float *q, const float *k_ring, const float *v_ring, uint32_t qk_dim,
-                    uint32_t v_dim, uint32_t ring, uint32_t lo, uint32_t hi, float *scores,
-                    float *out) {
-    const float scale = std::sqrt(float(qk_dim));
+// Softmax attention over rows of type T (float, or int8_t with one scale per slot; f32 rings
+// have scale 1, which multiplies exactly, so their bits are those of plain f32 attention).
+template <class T>
+void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint32_t lo, uint32_t hi,
+                    float *scores, float *out) {
+    const float scale = std::sqrt(float(k.dim));
     const uint32_t n = hi - lo + 1;
     float mx = -INFINITY;
     for (uint32_t j = 0; j < n; ++j) {
-        const float *k = k_ring + size_t((lo + j) % ring) * qk_dim;
-        scores[j] = dot_any(q, k, qk_dim) / scale;
+        scores[j] = dot_any(q, k.base + size_t((lo + j) % k.ring) * k.dim, k.dim) * (k.scales ? k.scales[(lo + j) % k.ring] : 1.0f) / scale;
         mx = std::max(mx, scores[j]);
     }
     float sum = 0.0f;
@@ -138,17 +142,28 @@ void attention_head(const float *q, const float *k_ring, const float *v_ring, ui
         scores[j] = std::exp(scores[j] - mx);
         sum += scores[j];
     }
-    std::fill(out, out + v_dim, 0.0f);
+    std::fill(out, out + v.dim, 0.0f);
     for (uint32_t j = 0; j < n; ++j) {
-        const float wj = scores[j] / sum;
-        const float *v = v_ring + size_t((lo + j) % ring) * v_dim;
-        for (uint32_t d = 0; d < v_dim; ++d) out[d] += wj * v[d];
+        const uint32_t slot = (lo + j) % v.ring;
+        const float wj = scores[j] / sum * (v.scales ? v.scales[slot] : 1.0f);
+        const T *vr = v.base + size_t(slot) * v.dim;
+        for (uint32_t d = 0; d < v.dim; ++d) out[d] += wj * float(vr[d]);
     }
+}
+
+void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> &v, uint32_t lo,
+                    uint32_t hi, float *scores, float *out) {
+    attention_rows(q, k, v, lo, hi, scores, out);
+}
+
+void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t> &v, uint32_t lo,
+                       uint32_t hi, float *scores, float *out) {
+    attention_rows(q, k, v, lo, hi, scores, out);
 }
 
 const KernelTable &table() {
     static const KernelTable t{"scalar", cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
-                               rms_unit, zcrms, rope, attention_head};
+                               rms_unit, zcrms, rope, attention_head, attention_head_i8};
     return t;
 }
 

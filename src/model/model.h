@@ -63,15 +63,24 @@ public:
     uint32_t capacity = 0;
 };
 
+// Element type of a sequence's KV cache (model-v2.md §4.4).
+enum class KvType { F32, INT8 };
+
+// How a sequence is created: kv_window -1 = the model's default, 0 = full causal, > 0 = that
+// window (tokens); kv_type INT8 stores each K/V row as int8 plus one f32 scale (not bit-faithful).
+struct SequenceOptions {
+    int32_t kv_window = -1;
+    KvType kv_type = KvType::F32;
+};
+
 class Model {
 public:
     virtual ~Model() = default;
     const ModelInfo &info() const { return info_; }
     const Tokenizer *tokenizer() const { return tokenizer_.get(); }
 
-    // kv_window: -1 = the model's default, 0 = full causal, > 0 = that window (tokens).
     // Throws Error(NEEDLE_E_INVALID_ARGUMENT) for a window the model cannot run.
-    virtual std::unique_ptr<Sequence> new_sequence(int32_t kv_window) const = 0;
+    virtual std::unique_ptr<Sequence> new_sequence(const SequenceOptions &opt) const = 0;
     virtual std::unique_ptr<Workspace> new_workspace(uint32_t capacity) const = 0;
 
     // Feeds tokens[0..n) at seq.pos and advances it. Preconditions (checked by the caller):

@@ -136,22 +136,36 @@ struct Needle2Model::Seq final : Sequence {
     uint32_t ring;    // KV slots per head: window, or max_seq_len when full causal (§4.3)
     uint32_t vring;   // Engram value ring slots: (taps-1)*dil + 1
     std::vector<uint32_t> hist;  // [Tmax]
-    std::vector<float> kv;       // [L][2][K][ring][hd]: K then V of each layer
+    KvType kv_type;
+    std::vector<float> kv;       // f32: [L][2][K][ring][hd], K then V of each layer
+    std::vector<int8_t> kv8;     // int8: the same layout
+    std::vector<float> kv_scale; // int8: [L][2][K][ring], one scale per row
     std::vector<float> vraw;     // [S][vring][D] un-convolved Engram values
     void reset() override {
         pos = 0;
         std::fill(hist.begin(), hist.end(), 0u);
     }
-    float *k_ring(const Needle2Geometry &g, uint32_t l, uint32_t kvh) {
-        return kv.data() + ((size_t(l) * 2 * g.K + kvh) * ring) * g.hd;
+    // First row of the K (v = false) or V ring of layer l, KV head kvh, in rows of hd.
+    size_t first_row(const Needle2Geometry &g, uint32_t l, uint32_t kvh, bool v) const {
+        return (size_t(l) * 2 * g.K + (v ? g.K : 0) + kvh) * ring;
     }
-    float *v_ring(const Needle2Geometry &g, uint32_t l, uint32_t kvh) {
-        return kv.data() + ((size_t(l) * 2 * g.K + g.K + kvh) * ring) * g.hd;
+    // Stores row x[hd] at position p of that ring.
+    void store(const Needle2Geometry &g, uint32_t l, uint32_t kvh, bool v, uint32_t p, const float *x) {
+        const size_t row = first_row(g, l, kvh, v) + p % ring;
+        if (kv_type == KvType::INT8) quantize_i8(x, g.hd, kv8.data() + row * g.hd, &kv_scale[row]);
+        else std::memcpy(kv.data() + row * g.hd, x, sizeof(float) * g.hd);
+    }
+    template <class T>
+    KvRing<T> ring_of(const Needle2Geometry &g, uint32_t l, uint32_t kvh, bool v, const T *base,
+                      const float *scales) const {
+        const size_t row = first_row(g, l, kvh, v);
+        return KvRing<T>{base + row * g.hd, scales ? scales + row : nullptr, g.hd, ring};
     }
 };
 
-std::unique_ptr<Sequence> Needle2Model::new_sequence(int32_t kv_window) const {
+std::unique_ptr<Sequence> Needle2Model::new_sequence(const SequenceOptions &opt) const {
     const Needle2Geometry &g = g_;
+    const int32_t kv_window = opt.kv_window;
     auto s = std::make_unique<Seq>();
     if (kv_window < -1) fail(NEEDLE_E_INVALID_ARGUMENT, strf("kv_window %d is negative", kv_window));
     uint32_t w = kv_window == -1 ? default_window_ : uint32_t(kv_window);
@@ -160,7 +174,14 @@ std::unique_ptr<Sequence> Needle2Model::new_sequence(int32_t kv_window) const {
     s->ring = w ? w : g.Tmax;
     s->vring = g.S ? (g.taps - 1) * g.dil + 1 : 0;
     s->hist.assign(g.Tmax, 0u);
-    s->kv.assign(size_t(g.L) * 2 * g.K * s->ring * g.hd, 0.0f);
+    s->kv_type = opt.kv_type;
+    const size_t rows = size_t(g.L) * 2 * g.K * s->ring;
+    if (opt.kv_type == KvType::INT8) {
+        s->kv8.assign(rows * g.hd, 0);
+        s->kv_scale.assign(rows, 0.0f);
+    } else {
+        s->kv.assign(rows * g.hd, 0.0f);
+    }
     s->vraw.assign(size_t(g.S) * s->vring * g.D, 0.0f);
     s->arena = ArenaLease(n_threads_);
     return s;
@@ -491,20 +512,25 @@ void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t 
             zcrms(q + r * g.hd, ly.q_norm, g.hd, q + r * g.hd);
             rope(q + r * g.hd, g.hd, cs, sn);
         }
-        const size_t slot = size_t(p % s.ring) * g.hd;
         for (uint32_t kv = 0; kv < g.K; ++kv) {
             zcrms(k + kv * g.hd, ly.k_norm, g.hd, k + kv * g.hd);
             rope(k + kv * g.hd, g.hd, cs, sn);
-            std::memcpy(s.k_ring(g, l, kv) + slot, k + kv * g.hd, sizeof(float) * g.hd);
-            std::memcpy(s.v_ring(g, l, kv) + slot, v + kv * g.hd, sizeof(float) * g.hd);
+            s.store(g, l, kv, false, p, k + kv * g.hd);
+            s.store(g, l, kv, true, p, v + kv * g.hd);
         }
         const uint32_t lo = (s.window && p + 1 > s.window) ? p + 1 - s.window : 0;
         float *o = w.o + size_t(i) * g.A;
         const float *gl = w.gl + size_t(i) * g.A;
         for (uint32_t r = 0; r < g.H; ++r) {
             const uint32_t kv = r / group;
-            attention_head(q + r * g.hd, s.k_ring(g, l, kv), s.v_ring(g, l, kv), g.hd, g.hd,
-                           s.ring, lo, p, w.scores, o + r * g.hd);
+            if (s.kv_type == KvType::INT8)
+                attention_head(q + r * g.hd, s.ring_of(g, l, kv, false, s.kv8.data(), s.kv_scale.data()),
+                               s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, w.scores,
+                               o + r * g.hd);
+            else
+                attention_head(q + r * g.hd, s.ring_of<float>(g, l, kv, false, s.kv.data(), nullptr),
+                               s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, w.scores,
+                               o + r * g.hd);
         }
         for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
         cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);

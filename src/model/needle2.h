@@ -35,7 +35,7 @@ class Needle2Model final : public Model {
 public:
     Needle2Model(std::shared_ptr<const FileBytes> bytes, const ContainerV2 &c, int n_threads);
 
-    std::unique_ptr<Sequence> new_sequence(int32_t kv_window) const override;
+    std::unique_ptr<Sequence> new_sequence(const SequenceOptions &opt) const override;
     std::unique_ptr<Workspace> new_workspace(uint32_t capacity) const override;
     void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                  float *logits) const override;

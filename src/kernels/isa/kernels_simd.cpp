@@ -14,8 +14,11 @@
 
 #include <xsimd/xsimd.hpp>
 
-#if defined(__AVX2__)
+#if defined(__SSE4_1__)
 #include <immintrin.h>
+#endif
+#if defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 // The AVX2 build (8-float vectors) decodes indices straight into registers and runs the first
 // FWHT stages in-register; wider or narrower builds take the portable paths.
@@ -35,8 +38,30 @@ constexpr uint32_t W = uint32_t(Vec::size);
 
 inline Vec load(const float *p) { return Vec::load_unaligned(p); }
 
+// W int8 values as floats (exact): sign-extend to 32 bits, convert (xsimd 8.1 has no such load).
+inline Vec load(const int8_t *p) {
+#if defined(__AVX512F__)
+    return Vec(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)))));
+#elif defined(__AVX2__)
+    return Vec(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)))));
+#elif defined(__SSE4_1__)
+    int32_t four;
+    std::memcpy(&four, p, 4);
+    return Vec(_mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four))));
+#elif defined(__ARM_NEON)
+    const int16x8_t h = vmovl_s8(vld1_s8(p));
+    return Vec(vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))));
+#else
+    alignas(64) float t[W];
+    for (uint32_t i = 0; i < W; ++i) t[i] = float(p[i]);
+    return Vec::load_aligned(t);
+#endif
+}
+
 // sum a[k]*b[k]: four W-wide accumulators over blocks of 4W, then W-wide steps, then a tail.
-inline float dot(const float *a, const float *b, uint32_t n) {
+// b is float, or an int8 KV row.
+template <class T>
+inline float dot(const float *a, const T *b, uint32_t n) {
     Vec acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
     uint32_t k = 0;
     for (; k + 4 * W <= n; k += 4 * W) {
@@ -47,16 +72,17 @@ inline float dot(const float *a, const float *b, uint32_t n) {
     }
     for (; k + W <= n; k += W) acc0 = xsimd::fma(load(a + k), load(b + k), acc0);
     float s = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
-    for (; k < n; ++k) s += a[k] * b[k];
+    for (; k < n; ++k) s += a[k] * float(b[k]);
     return s;
 }
 
-// y[i] += s * x[i]
-inline void axpy(float s, const float *x, float *y, uint32_t n) {
+// y[i] += s * x[i]; x is float, or an int8 KV row.
+template <class T>
+inline void axpy(float s, const T *x, float *y, uint32_t n) {
     const Vec vs(s);
     uint32_t k = 0;
     for (; k + W <= n; k += W) xsimd::fma(vs, load(x + k), load(y + k)).store_unaligned(y + k);
-    for (; k < n; ++k) y[k] += s * x[k];
+    for (; k < n; ++k) y[k] += s * float(x[k]);
 }
 
 inline void scale(float *x, float s, uint32_t n) {
@@ -379,13 +405,18 @@ void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
     }
 }
 
-void attention_head(const float *q, const float *k_ring, const float *v_ring, uint32_t qk_dim,
-                    uint32_t v_dim, uint32_t ring, uint32_t lo, uint32_t hi, float *scores, float *out) {
-    const float sc = std::sqrt(float(qk_dim));
+// Softmax attention over a ring of float rows or int8 rows with per-slot scales (f32 rings have
+// scale 1, an exact multiply: their bits are those of plain f32 attention).
+template <class T>
+void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint32_t lo, uint32_t hi,
+                    float *scores, float *out) {
+    const float sc = std::sqrt(float(k.dim));
     const uint32_t n = hi - lo + 1;
     float mx = -INFINITY;
     for (uint32_t j = 0; j < n; ++j) {
-        scores[j] = dot(q, k_ring + size_t((lo + j) % ring) * qk_dim, qk_dim) / sc;
+        const uint32_t slot = (lo + j) % k.ring;
+        const float ks = k.scales ? k.scales[slot] : 1.0f;
+        scores[j] = dot(q, k.base + size_t(slot) * k.dim, k.dim) * ks / sc;
         mx = scores[j] > mx ? scores[j] : mx;
     }
     // exp over W scores at a time (xsimd's exp is within a few ulp of libm's expf).
@@ -402,16 +433,29 @@ void attention_head(const float *q, const float *k_ring, const float *v_ring, ui
         scores[j] = std::exp(scores[j] - mx);
         sum += scores[j];
     }
-    for (uint32_t d = 0; d < v_dim; ++d) out[d] = 0.0f;
-    for (j = 0; j < n; ++j)
-        axpy(scores[j] / sum, v_ring + size_t((lo + j) % ring) * v_dim, out, v_dim);
+    for (uint32_t d = 0; d < v.dim; ++d) out[d] = 0.0f;
+    for (j = 0; j < n; ++j) {
+        const uint32_t slot = (lo + j) % v.ring;
+        const float vs = v.scales ? v.scales[slot] : 1.0f;
+        axpy(scores[j] / sum * vs, v.base + size_t(slot) * v.dim, out, v.dim);
+    }
+}
+
+void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> &v, uint32_t lo, uint32_t hi,
+                    float *scores, float *out) {
+    attention_rows(q, k, v, lo, hi, scores, out);
+}
+
+void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t> &v, uint32_t lo,
+                       uint32_t hi, float *scores, float *out) {
+    attention_rows(q, k, v, lo, hi, scores, out);
 }
 
 }  // namespace
 
 const KernelTable &table() {
     static const KernelTable t{NEEDLE_ISA_NAME, cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
-                               rms_unit, zcrms, rope, attention_head};
+                               rms_unit, zcrms, rope, attention_head, attention_head_i8};
     return t;
 }
 
