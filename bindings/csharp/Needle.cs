@@ -72,7 +72,7 @@ namespace Needle
         public struct ModelParams { public uint struct_size; public int use_mmap; public int n_threads; }
 
         [StructLayout(LayoutKind.Sequential)]
-        public struct StateParams { public uint struct_size; public int kv_window; }
+        public struct StateParams { public uint struct_size; public int kv_window; public int kv_type; }
 
         [StructLayout(LayoutKind.Sequential)]
         public struct ModelInfo
@@ -292,7 +292,9 @@ namespace Needle
         }
 
         /// <summary>A new empty sequence: kvWindow -1 = the model's window, 0 = full causal, > 0 = this window.</summary>
-        public State NewState(int kvWindow = -1) => new State(this, kvWindow);
+        /// <summary>kvWindow: -1 the model's window, 0 full causal, > 0 tokens. int8Kv: an int8 KV
+        /// cache (3.8x smaller, logits not bit-faithful; needle.h needle_kv_type).</summary>
+        public State NewState(int kvWindow = -1, bool int8Kv = false) => new State(this, kvWindow, int8Kv);
 
         /// <summary>Prefill scratch for chunks of up to `capacity` positions.</summary>
         public Batch NewBatch(uint capacity) => new Batch(this, capacity);
@@ -347,11 +349,12 @@ namespace Needle
         /// <summary>Floats a logits buffer needs (needle.h has no state -> model accessor).</summary>
         public uint VocabSize { get; }
 
-        internal State(Model model, int kvWindow)
+        internal State(Model model, int kvWindow, bool int8Kv)
         {
             var p = new NativeMethods.StateParams();
             NativeMethods.needle_state_params_init(ref p);
             p.kv_window = kvWindow;
+            p.kv_type = int8Kv ? 1 : 0;
             StateHandle h;
             int st = NativeMethods.needle_state_create_ex(model.Handle, ref p, out h);
             Handle = h;

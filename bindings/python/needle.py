@@ -58,7 +58,7 @@ class _ModelParams(ctypes.Structure):
 
 
 class _StateParams(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("kv_window", ctypes.c_int32)]
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kv_window", ctypes.c_int32), ("kv_type", ctypes.c_int32)]
 
 
 class _ModelInfo(ctypes.Structure):
@@ -316,9 +316,9 @@ class Model(_Handle):
                                            ctypes.byref(n)))
         return buf.raw[:n.value].decode("utf-8")
 
-    def new_state(self, kv_window=-1):
+    def new_state(self, kv_window=-1, int8_kv=False):
         """A new empty sequence (see State)."""
-        return State(self, kv_window)
+        return State(self, kv_window, int8_kv)
 
     def new_batch(self, capacity):
         """Prefill scratch for chunks of up to `capacity` positions (see Batch)."""
@@ -360,11 +360,14 @@ class State(_Handle):
 
     _free = "needle_state_free"
 
-    def __init__(self, model, kv_window=-1):
+    def __init__(self, model, kv_window=-1, int8_kv=False):
+        """kv_window: -1 the model's window, 0 full causal, > 0 that many tokens. int8_kv: an int8
+        KV cache (3.8x smaller, logits not bit-faithful; needle.h needle_kv_type)."""
         super().__init__(None)
         p = _StateParams()
         lib.needle_state_params_init(ctypes.byref(p))
         p.kv_window = kv_window
+        p.kv_type = 1 if int8_kv else 0
         out = ctypes.c_void_p()
         _check(lib.needle_state_create_ex(model._handle, ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value

@@ -89,18 +89,44 @@ void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t
 
 void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0,
                uint32_t count, float *y, size_t y_stride) {
+    const CqProduct one{&w, r0, count, y, y_stride};
+    cq_matmul_many(&one, 1, xh, xh_stride, n_pos);
+}
+
+void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
+                    size_t n_pos) {
     const KernelTable &k = active_kernels();
-    const uint64_t per_row = uint64_t(w.cols_pad) * n_pos;
-    if (per_row * count < kParallelMinWork || count < 2) {
-        k.cq_matmul(w, xh, xh_stride, n_pos, r0, count, y, y_stride);
+    // Work is split in blocks of kRowBlock rows (the kernels' own row blocking, so no task
+    // ends in a short block that decodes its groups for fewer rows) over all products at once:
+    // one fork and join for, say, the q, k, v and gate projections of a decode step.
+    constexpr uint32_t kRowBlock = 4;
+    uint64_t work = 0;
+    uint32_t blocks = 0;
+    for (uint32_t i = 0; i < n_products; ++i) {
+        work += uint64_t(products[i].w->cols_pad) * n_pos * products[i].count;
+        blocks += (products[i].count + kRowBlock - 1) / kRowBlock;
+    }
+    auto run_blocks = [&](uint32_t b0, uint32_t b1) {  // blocks [b0, b1) of the concatenation
+        uint32_t first = 0;
+        for (uint32_t i = 0; i < n_products && b0 < b1; ++i) {
+            const CqProduct &p = products[i];
+            const uint32_t nb = (p.count + kRowBlock - 1) / kRowBlock;
+            if (b0 < first + nb) {
+                const uint32_t lo = (b0 - first) * kRowBlock;
+                const uint32_t hi = std::min(p.count, (std::min(b1, first + nb) - first) * kRowBlock);
+                k.cq_matmul(*p.w, xh, xh_stride, n_pos, p.r0 + lo, hi - lo, p.y + lo, p.y_stride);
+                b0 = std::min(b1, first + nb);
+            }
+            first += nb;
+        }
+    };
+    if (work < kParallelMinWork || blocks < 2) {
+        run_blocks(0, blocks);
         return;
     }
-    const uint32_t grain = uint32_t(kTaskWork / per_row) + 1;
-    tbb::parallel_for(tbb::blocked_range<uint32_t>(r0, r0 + count, grain),
-                      [&](const tbb::blocked_range<uint32_t> &rg) {
-                          k.cq_matmul(w, xh, xh_stride, n_pos, rg.begin(), rg.end() - rg.begin(),
-                                      y + (rg.begin() - r0), y_stride);
-                      });
+    const uint32_t grain = uint32_t(std::max<uint64_t>(1, kTaskWork * blocks / work));
+    tbb::parallel_for(tbb::blocked_range<uint32_t>(0, blocks, grain),
+                      [&](const tbb::blocked_range<uint32_t> &rg) { run_blocks(rg.begin(), rg.end()); });
 }
 
 void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out) { active_kernels().cq_dequantize_row(w, r, out); }

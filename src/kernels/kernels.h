@@ -24,6 +24,19 @@ void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t
 void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0,
                uint32_t count, float *y, size_t y_stride);
 
+// One product of cq_matmul_many: rows r0..r0+count-1 of *w into y (y_stride floats per position).
+struct CqProduct {
+    const CqMatrix *w;
+    uint32_t r0, count;
+    float *y;
+    size_t y_stride;
+};
+
+// cq_matmul of several matrices over the same prepared inputs (same cols_pad), as one parallel
+// region: the same bits as one cq_matmul per product.
+void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
+                    size_t n_pos);
+
 // w[0..cols) := reconstructed row r (norm applied before the rotation, cq-kernels.md §10).
 void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out);
 

@@ -425,8 +425,8 @@ void Needle2Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
             cq_prepare_input(f, g.F, g.F_pad, g.G, w.fh + size_t(i) * g.F_pad);
         });
         float *ek = w.ek + size_t(si) * g.D, *vc = w.vchunk + size_t(si) * g.D;
-        cq_matmul(st.key_proj, w.fh, g.F_pad, n, 0, g.D, ek, SD);
-        cq_matmul(st.value_proj, w.fh, g.F_pad, n, 0, g.D, vc, SD);
+        const CqProduct kv[] = {{&st.key_proj, 0, g.D, ek, SD}, {&st.value_proj, 0, g.D, vc, SD}};
+        cq_matmul_many(kv, 2, w.fh, g.F_pad, n);
         // Tap convolution over un-convolved values at p - j*dil: from this chunk when q >= p0,
         // else from the ring; the ring is written only afterwards (§6).
         float *ring = s.vraw.data() + size_t(si) * s.vring * g.D;
@@ -459,9 +459,9 @@ void Needle2Model::layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) c
         rms_unit(w.X + size_t(i) * g.nD, g.nD, Xn);
         cq_prepare_input(Xn, g.nD, g.nD_pad, g.G, w.xh + size_t(i) * g.nD_pad);
     });
-    cq_matmul(phi_pre_, w.xh, g.nD_pad, n, l * N, N, w.a, N);
-    cq_matmul(phi_post_, w.xh, g.nD_pad, n, l * N, N, w.b, N);
-    cq_matmul(phi_res_, w.xh, g.nD_pad, n, l * N * N, N * N, w.rv, size_t(N) * N);
+    const CqProduct phi[] = {{&phi_pre_, l * N, N, w.a, N}, {&phi_post_, l * N, N, w.b, N},
+                             {&phi_res_, l * N * N, N * N, w.rv, size_t(N) * N}};
+    cq_matmul_many(phi, 3, w.xh, g.nD_pad, n);
 
     for_positions(n, [&](uint32_t i) {
         const float *X = w.X + size_t(i) * g.nD;
@@ -489,10 +489,9 @@ void Needle2Model::layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) c
         zcrms(bx, ly.norm_in, D, t);
         cq_prepare_input(t, D, g.D_pad, g.G, w.hAh + size_t(i) * g.D_pad);
     });
-    cq_matmul(ly.q, w.hAh, g.D_pad, n, 0, g.A, w.q, g.A);
-    cq_matmul(ly.k, w.hAh, g.D_pad, n, 0, g.Kd, w.k, g.Kd);
-    cq_matmul(ly.v, w.hAh, g.D_pad, n, 0, g.Kd, w.v, g.Kd);
-    cq_matmul(ly.gate, w.hAh, g.D_pad, n, 0, g.A, w.gl, g.A);
+    const CqProduct qkvg[] = {{&ly.q, 0, g.A, w.q, g.A}, {&ly.k, 0, g.Kd, w.k, g.Kd},
+                              {&ly.v, 0, g.Kd, w.v, g.Kd}, {&ly.gate, 0, g.A, w.gl, g.A}};
+    cq_matmul_many(qkvg, 4, w.hAh, g.D_pad, n);
     attention(s, w, l, p0, n);
     cq_matmul(ly.out, w.oh, g.A_pad, n, 0, D, w.att, D);
     for_positions(n, [&](uint32_t i) { block_tail(w, l, i); });

@@ -481,9 +481,16 @@ impl State {
     /// Creates an empty sequence: `kv_window` -1 = the model's window, 0 = full causal
     /// attention, > 0 = this window in tokens.
     pub fn with_kv_window(model: &Model, kv_window: i32) -> Result<State> {
+        State::with_options(model, kv_window, false)
+    }
+
+    /// Creates an empty sequence with a window (as `with_kv_window`) and, if `int8_kv`, an int8
+    /// KV cache (3.8x smaller, not bit-faithful: see needle.h `needle_kv_type`).
+    pub fn with_options(model: &Model, kv_window: i32, int8_kv: bool) -> Result<State> {
         let mut p = sys::needle_state_params::default();
         unsafe { sys::needle_state_params_init(&mut p) };
         p.kv_window = kv_window;
+        p.kv_type = if int8_kv { sys::NEEDLE_KV_INT8 } else { sys::NEEDLE_KV_F32 };
         let mut out = ptr::null_mut();
         check(unsafe { sys::needle_state_create_ex(model.as_ptr(), &p, &mut out) })?;
         let raw = NonNull::new(out).ok_or_else(|| invalid("state_create returned no state"))?;

@@ -79,7 +79,11 @@ pub struct needle_model_info {
 pub struct needle_state_params {
     pub struct_size: u32,
     pub kv_window: i32,
+    pub kv_type: i32,
 }
+
+pub const NEEDLE_KV_F32: i32 = 0;
+pub const NEEDLE_KV_INT8: i32 = 1;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
