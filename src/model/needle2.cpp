@@ -210,7 +210,7 @@ std::unique_ptr<Workspace> Needle2Model::new_workspace(uint32_t cap) const {
                       &w->a, &w->b, &w->rv, &w->u, &w->bx, &w->t, &w->hAh, &w->q, &w->k,
                       &w->v, &w->gl, &w->o, &w->oh, &w->att, &w->y, &w->mlp, &w->rope};
     static_assert(sizeof widths / sizeof widths[0] == sizeof ptrs / sizeof ptrs[0], "buffers");
-    size_t total = size_t(g.Tmax) + g.D + g.D_pad;  // scores, hf, hfh (single)
+    size_t total = size_t(g.H) * g.Tmax + g.D + g.D_pad;  // scores per head, hf, hfh (single)
     for (size_t wd : widths) total += wd * cap;
     w->buf.assign(total, 0.0f);
     float *p = w->buf.data();
@@ -219,7 +219,7 @@ std::unique_ptr<Workspace> Needle2Model::new_workspace(uint32_t cap) const {
         p += widths[i] * cap;
     }
     w->scores = p;
-    w->hf = p + g.Tmax;
+    w->hf = p + size_t(g.H) * g.Tmax;
     w->hfh = w->hf + g.D;
     w->hash.assign(size_t(cap) * std::max(1u, g.T), 0u);
     return w;
@@ -520,17 +520,24 @@ void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t 
         const uint32_t lo = (s.window && p + 1 > s.window) ? p + 1 - s.window : 0;
         float *o = w.o + size_t(i) * g.A;
         const float *gl = w.gl + size_t(i) * g.A;
-        for (uint32_t r = 0; r < g.H; ++r) {
+        auto head = [&](uint32_t r) {
             const uint32_t kv = r / group;
+            float *scores = w.scores + size_t(r) * g.Tmax;
             if (s.kv_type == KvType::INT8)
                 attention_head(q + r * g.hd, s.ring_of(g, l, kv, false, s.kv8.data(), s.kv_scale.data()),
-                               s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, w.scores,
+                               s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, scores,
                                o + r * g.hd);
             else
                 attention_head(q + r * g.hd, s.ring_of<float>(g, l, kv, false, s.kv.data(), nullptr),
-                               s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, w.scores,
+                               s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, scores,
                                o + r * g.hd);
-        }
+        };
+        // Heads are independent (own scores, own output): split over the arena's threads once
+        // the keys are many enough to pay for it (needle2 at 64+ keys: >= 2^16 multiply-adds).
+        if (uint64_t(g.H) * (p - lo + 1) * (2 * g.hd) >= (uint64_t(1) << 16))
+            tbb::parallel_for(0u, g.H, head);
+        else
+            for (uint32_t r = 0; r < g.H; ++r) head(r);
         for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
         cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);
     }
