@@ -56,7 +56,7 @@ static uint32_t argmax(const float *v, uint32_t n) {
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    long prompt_n = 512, decode_n = 128, threads = 0, chunk = 128, runs = 3;
+    long prompt_n = 512, decode_n = 128, threads = 0, chunk = 32, runs = 3;  /* chunk: needle.h */
     int json = 0;
     const char *kv = "f32";
     for (int i = 1; i < argc; ++i) {

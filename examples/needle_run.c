@@ -88,8 +88,8 @@ int main(int argc, char **argv) {
     needle_status st = needle_model_load_file(model_path, &mp, &model);
     if (st != NEEDLE_OK) return fail(model_path, st);
     if ((st = needle_state_create(model, &state)) != NEEDLE_OK) return fail("state", st);
-    if ((st = needle_batch_create(model, 128, &batch)) != NEEDLE_OK) {
-        /* a model with max_seq_len < 128: fall back to one position at a time */
+    if ((st = needle_batch_create(model, 32, &batch)) != NEEDLE_OK) {  /* needle.h: why 32 */
+        /* a model with max_seq_len < 32: fall back to one position at a time */
         batch = NULL;
     }
 
