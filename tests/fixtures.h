@@ -14,6 +14,20 @@
 
 namespace fixtures {
 
+// True in a build under AddressSanitizer or ThreadSanitizer (scripts/sanitize.sh): tests that
+// measure RSS skip the bound, and the slowest plans run a reduced set.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // ../shared/fixtures, or $NEEDLE_FIXTURES when set.
 inline std::string dir() {
     const char *env = std::getenv("NEEDLE_FIXTURES");

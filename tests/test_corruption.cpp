@@ -535,18 +535,6 @@ TEST_CASE("corruption: fixture odd") { run_source("odd", fixture("odd"), Plan{})
 
 TEST_CASE("corruption: fixture ternary") { run_source("ternary", fixture("ternary"), Plan{}); }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 TEST_CASE("corruption: fixture needle2 (reduced)") {
     // 13 MB: a reduced value set, and records of every kind: embedding, a norm, q/k projections,
     // attn_gate, the last layer's d3, mHC (a_pre, b_res, phi_res), both engram sites' tables and
@@ -559,7 +547,7 @@ TEST_CASE("corruption: fixture needle2 (reduced)") {
     p.truncations_per_record = 2;
     p.codebook_stride = 9;  // levels 0, 9, 18, 27: one of each book
     p.light_run = true;
-    if (kSanitized) {  // ~20x slower: one record of each kind, fewer pieces and payload flips
+    if (fixtures::kSanitized) {  // ~20x slower: one record of each kind, fewer pieces and payload flips
         p.records = {0, 2, 10, 379, 387, 388, 391, 396, 397, 404};
         p.tok_pieces = 2;
         p.payload_flips = 4;

@@ -22,18 +22,6 @@ using namespace api_test;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;  // quarantine / shadow memory make RSS meaningless
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 size_t rss_bytes() {
     std::FILE *f = std::fopen("/proc/self/statm", "r");
     REQUIRE(f != nullptr);
@@ -276,7 +264,7 @@ long rss_growth_over_cycles(int n_threads, int &failures) {
     const long grown = long(after) - long(before);
     MESSAGE("n_threads " << n_threads << ": RSS " << before / 1024 << " KB -> " << after / 1024 << " KB over 1,000 cycles ("
                          << grown / 1024 << " KB)"
-                         << std::string(kSanitized ? "; not checked under a sanitizer (LeakSanitizer checks leaks)" : ""));
+                         << std::string(fixtures::kSanitized ? "; not checked under a sanitizer (LeakSanitizer checks leaks)" : ""));
     return grown;
 }
 
@@ -287,7 +275,7 @@ TEST_CASE("misuse: 1,000 create/free cycles of models, failed loads, states and 
     int failures = 0;
     const long grown = rss_growth_over_cycles(1, failures);
     CHECK(failures == 0);
-    if (!kSanitized) CHECK(grown < 2 * 1024 * 1024);
+    if (!fixtures::kSanitized) CHECK(grown < 2 * 1024 * 1024);
 }
 
 // With worker threads: they join each state's task arena (a batched prefill of >= 2 positions, a
@@ -297,5 +285,5 @@ TEST_CASE("misuse: 1,000 cycles with worker threads keep memory flat") {
     int failures = 0;
     const long grown = rss_growth_over_cycles(2, failures);
     CHECK(failures == 0);
-    if (!kSanitized) CHECK(grown < 2 * 1024 * 1024);
+    if (!fixtures::kSanitized) CHECK(grown < 2 * 1024 * 1024);
 }
