@@ -216,7 +216,7 @@ void needle_state_params_init(needle_state_params *p) {
 
 needle_status needle_state_create_ex(needle_model *model, const needle_state_params *p, needle_state **out) {
     if (out) *out = nullptr;
-    if (!model || !out) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create: model or out is NULL");
+    if (!model || !out) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: model or out is NULL");
     needle_state_params params;
     needle_state_params_init(&params);
     if (p) {
@@ -225,8 +225,9 @@ needle_status needle_state_create_ex(needle_model *model, const needle_state_par
         if (p->struct_size < v1)
             return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: params.struct_size %u < %zu"
                           " (call needle_state_params_init)", p->struct_size, v1);
-        std::memcpy(&params, p, std::min<size_t>(p->struct_size, sizeof params));
-        params.struct_size = sizeof params;
+        // Whole fields only: a size that ends inside kv_type is the first layout too.
+        params.kv_window = p->kv_window;
+        if (p->struct_size >= offsetof(needle_state_params, kv_type) + sizeof p->kv_type) params.kv_type = p->kv_type;
     }
     if (params.kv_window < -1)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: kv_window %d (use -1, 0 or > 0)", params.kv_window);
@@ -396,7 +397,13 @@ needle_status needle_generate(needle_state *state, needle_batch *batch, const ch
         return state->gen->run(*state->seq, *state->step, batch ? batch->ws.get() : nullptr,
                                std::string_view(prompt ? prompt : "", prompt_len), opt, callback, user_data, stats);
     });
-    if (st == NEEDLE_E_CANCELLED) set_error(st, "needle_generate: stopped by the callback");
+    if (st == NEEDLE_E_CANCELLED) {
+        set_error(st, "needle_generate: stopped by the callback");
+    } else if (st != NEEDLE_OK) {  // the generation layer's messages name no entry point
+        char msg[sizeof t_last_error];
+        std::snprintf(msg, sizeof msg, "%s", t_last_error);
+        errorf(st, "needle_generate: %s", msg);
+    }
     if (result) {
         result->prompt_tokens = stats.prompt_tokens;
         result->generated_tokens = stats.generated_tokens;
