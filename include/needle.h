@@ -171,8 +171,9 @@ NEEDLE_API needle_status needle_state_create(needle_model *model, needle_state *
 typedef enum needle_kv_type {
     NEEDLE_KV_F32 = 0,  /* float32: the reference numerics (model-v2.md §4.4) */
     NEEDLE_KV_INT8 = 1  /* int8 + one float32 scale per position and KV head: 3.8x less KV
-                           memory (needle2: 3.7 MB instead of 14.2 MB at window 256); logits
-                           are no longer bit-faithful (README, "int8 KV cache": measured error) */
+                           memory at head_dim 64 (needle2: 3.7 MB instead of 14.2 MB at window
+                           256); logits are no longer bit-faithful (README, "int8 KV cache":
+                           measured error) */
 } needle_kv_type;
 
 /** Options of needle_state_create_ex. Initialise with needle_state_params_init(). */

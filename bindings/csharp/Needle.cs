@@ -293,7 +293,7 @@ namespace Needle
 
         /// <summary>A new empty sequence: kvWindow -1 = the model's window, 0 = full causal, > 0 = this window.</summary>
         /// <summary>kvWindow: -1 the model's window, 0 full causal, > 0 tokens. int8Kv: an int8 KV
-        /// cache (3.8x smaller, logits not bit-faithful; needle.h needle_kv_type).</summary>
+        /// cache (3.8x smaller at head_dim 64, logits not bit-faithful; needle.h needle_kv_type).</summary>
         public State NewState(int kvWindow = -1, bool int8Kv = false) => new State(this, kvWindow, int8Kv);
 
         /// <summary>Prefill scratch for chunks of up to `capacity` positions.</summary>

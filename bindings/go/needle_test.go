@@ -286,3 +286,39 @@ func TestConcurrentModelUse(t *testing.T) {
 		}
 	}
 }
+
+// An int8 KV cache runs and differs from f32 once keys are read back (not bit-faithful), while
+// staying close: the first steps' logits within 0.2 of the f32 state's.
+func TestInt8KVState(t *testing.T) {
+	m := tiny(t)
+	f32, err := m.NewStateOptions(-1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f32.Close()
+	i8, err := m.NewStateOptions(-1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer i8.Close()
+	differs := false
+	for _, tok := range []uint32{bos, 100, 200, 300, 400} {
+		a, err := f32.DecodeLogits(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := i8.DecodeLogits(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range a {
+			if math.Abs(float64(a[i]-b[i])) > 0.2 {
+				t.Fatalf("token %d logit %d: f32 %g int8 %g", tok, i, a[i], b[i])
+			}
+			differs = differs || a[i] != b[i]
+		}
+	}
+	if !differs {
+		t.Fatal("int8 KV gave the f32 bits: was it applied?")
+	}
+}

@@ -45,11 +45,12 @@ needle_status ngo_model_load_memory(const void *data, size_t size, int32_t n_thr
     return with_info(needle_model_load_memory(data, size, &p, out), out, info, err, cap);
 }
 
-needle_status ngo_state_create(needle_model *m, int32_t kv_window, needle_state **out, char *err,
-                               size_t cap) {
+needle_status ngo_state_create(needle_model *m, int32_t kv_window, int32_t kv_type, needle_state **out,
+                               char *err, size_t cap) {
     needle_state_params p;
     needle_state_params_init(&p);
     p.kv_window = kv_window;
+    p.kv_type = kv_type;
     return keep(needle_state_create_ex(m, &p, out), err, cap);
 }
 

@@ -485,7 +485,7 @@ impl State {
     }
 
     /// Creates an empty sequence with a window (as `with_kv_window`) and, if `int8_kv`, an int8
-    /// KV cache (3.8x smaller, not bit-faithful: see needle.h `needle_kv_type`).
+    /// KV cache (3.8x smaller at head_dim 64, not bit-faithful: see needle.h `needle_kv_type`).
     pub fn with_options(model: &Model, kv_window: i32, int8_kv: bool) -> Result<State> {
         let mut p = sys::needle_state_params::default();
         unsafe { sys::needle_state_params_init(&mut p) };
