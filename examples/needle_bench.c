@@ -54,6 +54,11 @@ static uint32_t argmax(const float *v, uint32_t n) {
     return best;
 }
 
+static void usage(FILE *f) {
+    fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
+               "[--chunk C] [--runs R] [--kv f32|int8] [--json]\n");
+}
+
 int main(int argc, char **argv) {
     const char *path = NULL;
     long prompt_n = 512, decode_n = 128, threads = 0, chunk = 32, runs = 3;  /* chunk: needle.h */
@@ -62,6 +67,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         if (i + 1 >= argc) { fprintf(stderr, "needle-bench: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--model")) path = argv[++i];
         else if (!strcmp(a, "--prompt-tokens")) prompt_n = arg_long(a, argv[++i]);
@@ -73,8 +79,7 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
     }
     if (!path || runs < 1 || prompt_n < 1 || (strcmp(kv, "f32") && strcmp(kv, "int8"))) {
-        fprintf(stderr, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] "
-                        "[--threads T] [--chunk C] [--runs R] [--kv f32|int8] [--json]\n");
+        usage(stderr);
         return 2;
     }
 
