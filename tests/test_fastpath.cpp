@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "api_util.h"
 #include "fixtures.h"
 #include "needle.h"
 
@@ -177,18 +178,9 @@ struct AllocWatch {
 
 // ---------------------------------------------------------------- helpers
 
-struct ModelDel {
-    void operator()(needle_model *m) const { needle_model_free(m); }
-};
-struct StateDel {
-    void operator()(needle_state *s) const { needle_state_free(s); }
-};
-struct BatchDel {
-    void operator()(needle_batch *b) const { needle_batch_free(b); }
-};
-using Model = std::unique_ptr<needle_model, ModelDel>;
-using State = std::unique_ptr<needle_state, StateDel>;
-using Batch = std::unique_ptr<needle_batch, BatchDel>;
+using api_test::Batch;  // owning handles (api_util.h)
+using api_test::Model;
+using api_test::State;
 
 Model load(const std::string &name, int n_threads = 0) {
     needle_model_params p;
