@@ -1,5 +1,11 @@
 #include "core/arena_pool.h"
 
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+
+#include <algorithm>
+#include <cstddef>
+
 #include <map>
 #include <mutex>
 #include <utility>
@@ -24,7 +30,17 @@ Pool &pool() {
 
 }  // namespace
 
-ArenaLease::ArenaLease(int n_threads) : n_threads_(n_threads > 0 ? n_threads : 0) {
+int clamp_threads(int n_threads) {
+    const size_t cores = size_t(std::max(1, tbb::info::default_concurrency()));
+    const size_t allowed = std::max<size_t>(
+        1, tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
+    const int limit = int(std::min(cores, allowed));
+    return n_threads <= 0 ? limit : std::min(n_threads, limit);
+}
+
+// Always an explicit slot count: an arena of exactly the default concurrency is the one request
+// oneTBB 2021.8 never warns about, and the pool key is the count the arena really has.
+ArenaLease::ArenaLease(int n_threads) : n_threads_(clamp_threads(n_threads)) {
     Pool &p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
     std::vector<tbb::task_arena *> &idle = p.idle[n_threads_];
@@ -35,7 +51,7 @@ ArenaLease::ArenaLease(int n_threads) : n_threads_(n_threads > 0 ? n_threads : 0
     }
     // Room for this arena's return before it exists, so the destructor never allocates.
     idle.reserve(idle.capacity() + 1);
-    arena_ = new tbb::task_arena(n_threads_ > 0 ? n_threads_ : int(tbb::task_arena::automatic));
+    arena_ = new tbb::task_arena(n_threads_);
 }
 
 ArenaLease::ArenaLease(ArenaLease &&other) noexcept
