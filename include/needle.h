@@ -108,7 +108,9 @@ typedef struct needle_batch needle_batch;
 typedef struct needle_model_params {
     uint32_t struct_size; /* sizeof(needle_model_params), set by needle_model_params_init */
     int32_t use_mmap;     /* 1 (default): map the file read-only; 0: read it into memory */
-    int32_t n_threads;    /* worker threads for this model's kernels; 0 (default) = all cores */
+    int32_t n_threads;    /* worker threads for this model's kernels; 0 (default) = all cores.
+                             A library built with -DNEEDLE_WITH_TBB=OFF runs every state on its
+                             caller's thread: any n_threads >= 0 is accepted and ignored. */
 } needle_model_params;
 
 /** Fills `p` with defaults (use_mmap 1, n_threads 0). NULL is ignored. Any thread. */
