@@ -121,7 +121,9 @@ typedef struct needle_model_params {
     int32_t n_threads;    /* worker threads for this model's kernels; 0 (default) = all cores.
                              Above the cores this process may use (CPU affinity), or above a
                              host's tbb::global_control::max_allowed_parallelism, it is clamped
-                             to that: needle_model_info.n_threads reports the count used. */
+                             to that: needle_model_info.n_threads reports the count used.
+                             A library built with -DNEEDLE_WITH_TBB=OFF runs every state on its
+                             caller's thread: any n_threads >= 0 is accepted and ignored. */
 } needle_model_params;
 
 /** Fills `p` with defaults (use_mmap 1, n_threads 0). NULL is ignored. Any thread. */

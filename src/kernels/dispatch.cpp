@@ -1,10 +1,7 @@
 // The one dispatch point: detects the CPU, honours NEEDLE_FORCE_ISA, and routes the public
 // kernel functions of kernels.h to the chosen table. Large CQ matmuls are split over rows with
-// oneTBB here (in whatever task_arena the caller runs); rows are independent, so results do not
-// depend on the thread count or the split.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
+// core/parallel.h here (in whatever arena the caller runs); rows are independent, so results do
+// not depend on the thread count or the split.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +12,7 @@
 #include <sys/auxv.h>
 #endif
 
+#include "core/parallel.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels.h"
 
@@ -135,8 +133,7 @@ void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float 
         return;
     }
     const uint32_t grain = uint32_t(std::max<uint64_t>(1, kTaskWork * blocks / work));
-    tbb::parallel_for(tbb::blocked_range<uint32_t>(0, blocks, grain),
-                      [&](const tbb::blocked_range<uint32_t> &rg) { run_blocks(rg.begin(), rg.end()); });
+    parallel_for(0, blocks, grain, run_blocks);
 }
 
 void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out) { active_kernels().cq_dequantize_row(w, r, out); }

@@ -75,7 +75,7 @@ std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, 
 namespace needle {
 void feed(const Model &m, Sequence &seq, Workspace &ws, const uint32_t *tokens, size_t n,
           float *logits) {
-    seq.arena->execute([&] {
+    seq.arena.execute([&] {
         for (size_t i = 0; i < n; i += ws.capacity) {
             const uint32_t chunk = uint32_t(std::min<size_t>(ws.capacity, n - i));
             m.forward(seq, ws, tokens + i, chunk, i + chunk == n ? logits : nullptr);

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/arena_pool.h"
+#include "core/parallel.h"
 #include "tokenizer/tokenizer.h"
 
 namespace needle {
