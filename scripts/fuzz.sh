@@ -47,7 +47,7 @@ mkdir -p "$OUT/obj"
 # the tokenizer target's in-memory model) and the targets. "object source" pairs; the flags of
 # each object come from flags_for.
 units=()
-for src in "$ROOT"/src/{core,container,kernels,model,tokenizer,generate,capi}/*.cpp; do
+for src in "$ROOT"/src/{core,container,kernels,model,tokenizer,generate,chat,capi}/*.cpp; do
   [ -e "$src" ] || continue
   rel=${src#"$ROOT"/}
   units+=("$OUT/obj/${rel//\//_}.o $src")
