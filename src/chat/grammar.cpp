@@ -265,6 +265,8 @@ std::shared_ptr<const Grammar> Grammar::compile(const std::vector<const JsonValu
     Node root;
     root.kind = Kind::Calls;
     root.single = g->tool_names_.size() == 1;
+    // [C] tool_choice required with no reachable tool: "[]" stays (else no payload could close).
+    root.require_call = opt.require_call && !g->tool_names_.empty();
     root.keys = c.litset(std::move(calls));
     g->root_ = c.add(std::move(root), true);
     return g;

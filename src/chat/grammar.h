@@ -58,6 +58,7 @@ private:
 
 struct GrammarOptions {
     bool require_required = true;  // §6.4: '}' only once every required key appeared
+    bool require_call = false;     // tool_choice "required": the refusal "[]" is not offered
 };
 
 namespace gram {
@@ -83,6 +84,7 @@ struct Node {
     bool lo_inc = true, hi_inc = true;
     uint32_t by_class[kClasses] = {kNone, kNone, kNone, kNone, kNone, kNone};  // Union
     bool single = false;                    // Calls: one tool -> at most one call
+    bool require_call = false;              // Calls: no "[]"
     // Post-decode checks (§6.4): pattern fallback, format, multipleOf, uniqueItems.
     std::string pattern, format;
     double multiple_of = 0;

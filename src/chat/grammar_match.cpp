@@ -386,7 +386,11 @@ R feed(const Grammar &g, State &s, Frame &f, uint8_t c) {
                 case 0: if (c != '[') return kReject; f.phase = 1; return kConsumed;
                 case 1:
                 case 5:
-                    if (c == ']') { s.complete = true, f.phase = 9; return kConsumed; }
+                    if (c == ']') {
+                        if (f.phase == 1 && n.require_call) return kReject;
+                        s.complete = true, f.phase = 9;
+                        return kConsumed;
+                    }
                     if (f.phase == 1 && c == '{') break;
                     if (f.phase == 5 && c == ',' && !n.single) { f.phase = 6; return kConsumed; }
                     return kReject;
