@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/grammar_regex.h"
 #include "chat/json.h"
 #include "tokenizer/tokenizer.h"
 
@@ -87,6 +88,7 @@ struct Node {
     bool require_call = false;              // Calls: no "[]"
     // Post-decode checks (§6.4): pattern fallback, format, multipleOf, uniqueItems.
     std::string pattern, format;
+    uint32_t dfa = kNone;                   // String: pattern compiled into the grammar (else post_check)
     double multiple_of = 0;
     bool unique = false;
 };
@@ -105,6 +107,7 @@ public:
     // Internal (matcher, post_check).
     std::vector<gram::Node> nodes_;
     std::vector<gram::Lit> lits_;
+    std::vector<PatternDfa> dfas_;
     std::vector<std::string> tool_names_;   // grammar tools (payload of the call literal)
     std::vector<uint32_t> tool_params_;     // their arguments node
     uint32_t root_ = 0, any_ = 0;
