@@ -23,6 +23,17 @@ void record_to_f32(const TensorRecord &t, size_t n, float *out) {
     else f16_to_f32_n(t.data, n, out);
 }
 
+// Σ a[d] * b[d] in double with 8 interleaved partial sums (a fixed order, so the same bits for
+// every chunking; a single running sum would be latency-bound and not vectorised).
+double dot_double(const float *a, const float *b, uint32_t n) {
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (uint32_t j = 0; j < 8; ++j) part[j] += double(a[d + j]) * double(b[d + j]);
+    for (; d < n; ++d) part[d % 8] += double(a[d]) * double(b[d]);
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 }  // namespace
 
 void ProbePool::reset() {
@@ -100,9 +111,7 @@ void Needle2Model::pool_cells(ProbePool &pool, uint32_t c, const float *X, const
         for (uint32_t i = 0; i < n; ++i) {
             if (tokens[i] == 0) continue;  // PAD cells are excluded from the pool (§7.1)
             const float *cell = scratch + size_t(i) * D;
-            double z = 0.0;
-            for (uint32_t d = 0; d < D; ++d) z += double(cell[d]) * double(q[d]);
-            z *= inv_sqrt_d;
+            const double z = dot_double(cell, q, D) * inv_sqrt_d;
             if (z > a[0]) {  // new maximum: rescale what is summed so far
                 const double r = std::exp(a[0] - z);
                 a[1] *= r;
