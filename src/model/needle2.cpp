@@ -2,6 +2,7 @@
 // Read top to bottom: bind weights, sequence state, workspace, then forward: embed -> engram ->
 // layers (router, attention, MLP, lane update) -> LM head.
 #include "model/needle2.h"
+#include "model/kv_layout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -132,9 +133,8 @@ uint32_t needle2_effective_window(const HeaderV2 &h) {
 // ---------------------------------------------------------------- sequence state (§5)
 
 struct Needle2Model::Seq final : Sequence {
-    uint32_t window;  // attention window, 0 = full causal
-    uint32_t sinks;   // sink keys kept besides the window (tool-calling.md §10.3), 0 = none
-    uint32_t ring;    // KV slots per head: sinks + window, or max_seq_len when full causal (§4.3)
+    KvLayout kvl;     // window, sinks (tool-calling.md §10.3) and ring slots (§4.3)
+    uint32_t ring;    // = kvl.ring
     uint32_t vring;   // Engram value ring slots: (taps-1)*dil + 1
     uint32_t L, K, hd, D;  // geometry the spans are cut by
     std::vector<uint32_t> hist;  // [Tmax]
@@ -150,15 +150,14 @@ struct Needle2Model::Seq final : Sequence {
         pool.reset();
     }
     void visit_state(uint32_t at, StateVisitor fn, void *ctx) override;
-    // Ring slot of key p: the sinks keep slots 0..sinks-1, the rest cycles over the others.
-    uint32_t slot(uint32_t p) const { return p < sinks ? p : sinks + (p - sinks) % (ring - sinks); }
+
     // First row of the K (v = false) or V ring of layer l, KV head kvh, in rows of hd.
     size_t first_row(const Needle2Geometry &g, uint32_t l, uint32_t kvh, bool v) const {
         return (size_t(l) * 2 * g.K + (v ? g.K : 0) + kvh) * ring;
     }
     // Stores row x[hd] at position p of that ring.
     void store(const Needle2Geometry &g, uint32_t l, uint32_t kvh, bool v, uint32_t p, const float *x) {
-        const size_t row = first_row(g, l, kvh, v) + slot(p);
+        const size_t row = first_row(g, l, kvh, v) + kvl.slot(p);
         if (kv_type == KvType::INT8) quantize_i8(x, g.hd, kv8.data() + row * g.hd, &kv_scale[row]);
         else std::memcpy(kv.data() + row * g.hd, x, sizeof(float) * g.hd);
     }
@@ -177,15 +176,11 @@ std::unique_ptr<Sequence> Needle2Model::new_sequence(const SequenceOptions &opt)
     if (kv_window < -1) fail(NEEDLE_E_INVALID_ARGUMENT, strf("kv_window %d is negative", kv_window));
     uint32_t w = kv_window == -1 ? default_window_ : uint32_t(kv_window);
     // Sinks only matter under a window; a window plus sinks covering max_seq_len is full causal.
-    uint32_t sinks = w ? opt.sink_tokens : 0;
-    if (w && uint64_t(w) + sinks >= g.Tmax) w = 0, sinks = 0;
-    if (w >= g.Tmax) w = 0;
-    s->window = w;
-    s->sinks = sinks;
-    s->ring = w ? w + sinks : g.Tmax;
+    s->kvl = KvLayout::make(w, opt.sink_tokens, g.Tmax);
+    s->ring = s->kvl.ring;
     s->options = opt;
-    s->options.kv_window = int32_t(w);
-    s->options.sink_tokens = sinks;
+    s->options.kv_window = int32_t(s->kvl.window);
+    s->options.sink_tokens = s->kvl.sinks;
     s->options.probe_heads = opt.probe_heads && !heads_.empty();
     if (s->options.probe_heads) init_pool(s->pool);
     s->vring = g.S ? (g.taps - 1) * g.dil + 1 : 0;
@@ -567,9 +562,7 @@ void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t 
             s.store(g, l, kv, false, p, k + kv * g.hd);
             s.store(g, l, kv, true, p, v + kv * g.hd);
         }
-        // The last `ring` keys: the window, plus the sink slots once the window passed them
-        // (tool-calling.md §10.3; the kernel reads slot j % ring for j in lo..p).
-        const uint32_t lo = (s.window && p + 1 > s.ring) ? p + 1 - s.ring : 0;
+        const uint32_t lo = s.kvl.lo(p);  // visible keys: kv_layout.h
         float *o = w.o + size_t(i) * g.A;
         const float *gl = w.gl + size_t(i) * g.A;
         auto head = [&](uint32_t r) {
