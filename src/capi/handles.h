@@ -16,6 +16,10 @@ struct needle_state {
     std::unique_ptr<needle::Sequence> seq;
     std::unique_ptr<needle::Workspace> step;  // scratch of one decode step
     std::unique_ptr<needle::Generator> gen;
+    // Set while needle_generate runs on this state: calls on it from the token callback are
+    // refused (busy_error), and a needle_state_free from there is carried out when it returns.
+    bool busy = false;
+    bool free_pending = false;
 };
 
 struct needle_batch {

@@ -81,6 +81,7 @@ needle_status needle_state_embedding(const needle_state *state, float *out, size
 needle_status needle_state_copy(needle_state *dst, const needle_state *src) {
     const char *fn = "needle_state_copy";
     if (!dst || !src) return fail_with(NEEDLE_E_INVALID_ARGUMENT, fn, "dst or src is NULL");
+    if (dst->busy) return fail_with(NEEDLE_E_INVALID_ARGUMENT, fn, "dst is busy in needle_generate (called from its token callback)");
     if (dst == src) return NEEDLE_OK;
     if (dst->model != src->model) return fail_with(NEEDLE_E_INVALID_ARGUMENT, fn, "the states belong to different models");
     if (!same_options(dst->seq->options, src->seq->options))
@@ -112,6 +113,7 @@ needle_status needle_state_load(needle_state *state, const void *buf, size_t len
     const char *fn = "needle_state_load";
     if (!state) return fail_with(NEEDLE_E_INVALID_ARGUMENT, fn, "state is NULL");
     if (!buf && len > 0) return fail_with(NEEDLE_E_INVALID_ARGUMENT, fn, "buf is NULL but len > 0");
+    if (state->busy) return fail_with(NEEDLE_E_INVALID_ARGUMENT, fn, "state is busy in needle_generate (called from its token callback)");
     static const uint8_t empty = 0;
     return guarded(fn, [&] {
         needle::load_sequence(*state->model, *state->seq, buf ? static_cast<const uint8_t *>(buf) : &empty, len);

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/arena_pool.h"
+#include "core/parallel.h"
 #include "tokenizer/tokenizer.h"
 
 namespace needle {
@@ -114,7 +114,7 @@ public:
     virtual void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                          float *logits) const = 0;
 
-    int n_threads() const { return n_threads_; }  // 0 = all cores
+    int n_threads() const { return n_threads_; }  // as loaded: clamp_threads() of the request
 
     // Probe heads (model-v2.md §7, model-v3.md §2.4), pooled online while a sequence is fed.
     // Width of head h's output (confidence 1, contrastive its embedding dim); 0 = no such head.
@@ -141,7 +141,7 @@ private:
 
 struct LoadOptions {
     bool use_mmap = true;
-    int n_threads = 0;  // 0 = all cores
+    int n_threads = 0;  // the C shim passes clamp_threads(needle_model_params.n_threads)
 };
 
 // Reads the tag, validates the container and builds the matching model.

@@ -7,9 +7,9 @@
 
 #include "core/error.h"
 #include "core/f16.h"
+#include "core/parallel.h"
 #include "model/needle2.h"
 
-#include <tbb/parallel_for.h>
 
 namespace needle {
 
@@ -125,7 +125,9 @@ void Needle2Model::pool_cells(ProbePool &pool, uint32_t c, const float *X, const
     };
     // Probes are independent: split them over the arena's threads when the work pays for it.
     if (uint64_t(n) * head_probes_ * D >= (uint64_t(1) << 15))
-        tbb::parallel_for(0u, head_probes_, probe);
+        parallel_for(0, head_probes_, 1, [&](uint32_t b, uint32_t e) {
+            for (uint32_t k = b; k < e; ++k) probe(k);
+        });
     else
         for (uint32_t k = 0; k < head_probes_; ++k) probe(k);
 }
