@@ -21,6 +21,9 @@
  *   arguments are checked first (NEEDLE_E_INVALID_ARGUMENT), then buffer sizes
  *   (NEEDLE_E_BUFFER_TOO_SMALL), then room in the sequence (NEEDLE_E_CONTEXT_FULL).
  *
+ * Output: the library writes nothing to stdout or stderr, oneTBB included (thread counts are
+ *   clamped before oneTBB sees them; only a host that sets TBB_VERSION=1 gets oneTBB's banner).
+ *
  * Buffers are always owned by the caller; lengths are in elements unless stated (bytes for text).
  * Text is UTF-8.
  *
