@@ -81,6 +81,15 @@ const KernelTable &active_kernels() {
 
 const char *kernel_isa() { return active_kernels().isa; }
 
+int supported_kernel_tables(const KernelTable **out, int max) {
+    Candidate c[8];
+    const int n = candidates(c);
+    int k = 0;
+    for (int i = 0; i < n && k < max; ++i)
+        if (c[i].supported) out[k++] = &c[i].table();
+    return k;
+}
+
 void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t group, float *xh) {
     active_kernels().cq_prepare_input(x, cols, cols_pad, group, xh);
 }

@@ -38,4 +38,8 @@ NEEDLE_DECLARE_ISA(neon)
 // The table in use (chosen once: best ISA of this CPU, or NEEDLE_FORCE_ISA if lower).
 const KernelTable &active_kernels();
 
+// Every table of this build that this CPU runs, best first, scalar last (tests compare each with
+// scalar). Writes at most `max` pointers to out; returns how many.
+int supported_kernel_tables(const KernelTable **out, int max);
+
 }  // namespace needle
