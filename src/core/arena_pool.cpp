@@ -3,7 +3,12 @@
 #include <utility>
 
 #if NEEDLE_WITH_TBB
+#include <tbb/global_control.h>
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstddef>
 
 #include <map>
 #include <mutex>
@@ -37,7 +42,17 @@ Pool &pool() {
 
 }  // namespace
 
-ArenaLease::ArenaLease(int n_threads) : n_threads_(n_threads > 0 ? n_threads : 0) {
+int clamp_threads(int n_threads) {
+    const size_t cores = size_t(std::max(1, tbb::info::default_concurrency()));
+    const size_t allowed = std::max<size_t>(
+        1, tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
+    const int limit = int(std::min(cores, allowed));
+    return n_threads <= 0 ? limit : std::min(n_threads, limit);
+}
+
+// Always an explicit slot count: an arena of exactly the default concurrency is the one request
+// oneTBB 2021.8 never warns about, and the pool key is the count the arena really has.
+ArenaLease::ArenaLease(int n_threads) : n_threads_(clamp_threads(n_threads)) {
     Pool &p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
     std::vector<Arena *> &idle = p.idle[n_threads_];
@@ -69,7 +84,10 @@ void ArenaLease::give_back() noexcept {
 
 struct ArenaLease::Arena {};
 
-ArenaLease::ArenaLease(int n_threads) : n_threads_(n_threads > 0 ? n_threads : 0) {}
+// Without TBB every state runs on its caller: one thread, whatever was asked.
+int clamp_threads(int) { return 1; }
+
+ArenaLease::ArenaLease(int) : n_threads_(1) {}
 void ArenaLease::execute(FunctionRef<void()> fn) const { fn(); }
 void ArenaLease::give_back() noexcept { arena_ = nullptr; }
 

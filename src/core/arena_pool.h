@@ -16,10 +16,17 @@ namespace needle {
 template <class Sig>
 class FunctionRef;
 
+// The worker count a model or arena really runs with (needle.h, needle_model_params.n_threads):
+// 0 = all cores; anything above the cores this process may use (its CPU affinity), or above a
+// host's tbb::global_control::max_allowed_parallelism, is clamped to that. oneTBB never sees a
+// larger request: past ~2^29 slots its arena allocation overflows (SIGSEGV), and any request above
+// its worker limit makes it print a warning to stderr. Negative counts are treated as 0.
+int clamp_threads(int n_threads);
+
 class ArenaLease {
 public:
     ArenaLease() = default;
-    // An arena of `n_threads` slots (0 = all cores; ignored without TBB). Throws std::bad_alloc.
+    // An arena of clamp_threads(n_threads) slots (ignored without TBB). Throws std::bad_alloc.
     explicit ArenaLease(int n_threads);
     ArenaLease(ArenaLease &&other) noexcept;
     ArenaLease &operator=(ArenaLease &&other) noexcept;

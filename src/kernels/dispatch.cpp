@@ -4,6 +4,7 @@
 // not depend on the thread count or the split.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -52,10 +53,14 @@ int candidates(Candidate *out) {
     return n;
 }
 
+// NEEDLE_FORCE_ISA as pick() read it (written once, before active_kernels() returns).
+char g_requested[32] = "";
+
 const KernelTable *pick() {
     Candidate c[8];
     const int n = candidates(c);
     const char *forced = std::getenv("NEEDLE_FORCE_ISA");
+    if (forced) std::snprintf(g_requested, sizeof g_requested, "%s", forced);
     if (forced && *forced) {
         // A forced ISA is honoured only if this CPU runs it; otherwise the best one is used.
         for (int i = 0; i < n; ++i)
@@ -88,6 +93,11 @@ int supported_kernel_tables(const KernelTable **out, int max) {
     for (int i = 0; i < n && k < max; ++i)
         if (c[i].supported) out[k++] = &c[i].table();
     return k;
+}
+
+const char *kernel_isa_requested() {
+    active_kernels();  // the choice reads the variable
+    return g_requested;
 }
 
 void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t group, float *xh) {

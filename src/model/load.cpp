@@ -46,7 +46,7 @@ std::shared_ptr<const FileBytes> FileBytes::open(const char *path, bool use_mmap
     while (got < fb->size_) {
         const ssize_t r = ::read(f.fd, fb->owned_.data() + got, fb->size_ - got);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) fail(NEEDLE_E_IO, strf("cannot read '%s' (%zu of %zu bytes)", path, got, fb->size_));
+        if (r <= 0) fail(NEEDLE_E_IO, strf("cannot read '%s' (%zu of %zu byte%s)", path, got, fb->size_, plural(fb->size_)));
         got += size_t(r);
     }
     fb->data_ = fb->owned_.data();
