@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
 
 using needle::CqMatrix;
@@ -227,4 +230,34 @@ TEST_CASE("kernels: attention_head (f32 and int8 rings, wrapped) matches scalar"
                 ref().attention_head_i8(q.data(), k8r, v8r, lo, hi, sb.data(), ob.data());
                 CHECK(rel_err(oa.data(), ob.data(), dim) < kTol);
             }
+}
+
+// NEEDLE_EXPECT_CPU_FEATURES="asimddp -sve" (names present, "-name" absent) checks the detection
+// against a known CPU: scripts/cross-arm64.sh runs this under qemu-aarch64 with QEMU_CPU set to a
+// core with and one without the dot product.
+TEST_CASE("kernels: cpu features from the OS (arm64: getauxval)") {
+    const needle::CpuFeatures &f = needle::cpu_features();
+    const std::string names = needle::cpu_feature_names();
+    MESSAGE("cpu features: " << (names.empty() ? std::string("(none beyond the baseline)") : names));
+#if defined(__aarch64__)
+    CHECK(f.neon);
+    CHECK(names.rfind("neon", 0) == 0);
+#else
+    CHECK(!f.neon);
+    CHECK(names.empty());
+#endif
+    CHECK(f.asimddp == ((" " + names + " ").find(" asimddp ") != std::string::npos));
+    if (const char *want = std::getenv("NEEDLE_EXPECT_CPU_FEATURES")) {
+        std::istringstream in(want);
+        std::string w;
+        int n = 0;
+        while (in >> w) {
+            const bool absent = w[0] == '-';
+            const std::string name = absent ? w.substr(1) : w;
+            INFO("expected " << (absent ? "absent: " : "present: ") << name);
+            CHECK(((" " + names + " ").find(" " + name + " ") == std::string::npos) == absent);
+            ++n;
+        }
+        CHECK(n > 0);
+    }
 }

@@ -8,11 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__aarch64__) && defined(__linux__)
-#include <sys/auxv.h>
-#endif
-
 #include "core/parallel.h"
+#include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels.h"
 
@@ -43,11 +40,8 @@ int candidates(Candidate *out) {
     out[n++] = {"sse4_2", bool(__builtin_cpu_supports("sse4.2")), isa_sse4_2::table};
 #endif
 #elif defined(__aarch64__) && defined(NEEDLE_HAVE_ISA_neon)
-#if defined(__linux__)
-    out[n++] = {"neon", (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0, isa_neon::table};
-#else
-    out[n++] = {"neon", true, isa_neon::table};
-#endif
+    // A later dot-product path would come first here, on cpu_features().asimddp.
+    out[n++] = {"neon", cpu_features().neon, isa_neon::table};
 #endif
     out[n++] = {"scalar", true, scalar::table};
     return n;
