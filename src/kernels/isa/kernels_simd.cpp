@@ -358,9 +358,11 @@ inline void lanes_decode_tile(const CqMatrix &w, const lanes::Book &bk, const ui
     using namespace lanes;
     constexpr uint32_t CPW = 32 / FW;
     const uint32_t *wd = reinterpret_cast<const uint32_t *>(rec + 4 * RB);
-    for (uint32_t k0 = 0; k0 < w.group; k0 += CPW) {
+    for (uint32_t k0 = 0; k0 < w.group; k0 += 8) {  // group % 8 == 0: whole or half words
         I v = load_words(wd + size_t(k0 / CPW) * RB);
-        for (uint32_t c = 0; c < CPW && k0 + c < w.group; ++c) {
+        if (k0 % CPW) v = srl<16>(v);  // the upper half of a 2-bit word
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < 8; ++c) {
             store(tile + size_t(k0 + c) * RB, bk.operator()<Wide>(v));
             v = srl<FW>(v);
         }
@@ -378,7 +380,10 @@ inline void lanes_tile_pass(const float *tile, uint32_t n, const float *nrm, con
     for (uint32_t k = 0; k < n; k += 8) {
 #pragma GCC unroll 8
         for (uint32_t c = 0; c < 8; ++c) {
-            const F wv = lanes::load(tile + size_t(k + c) * RB);
+            F wv = lanes::load(tile + size_t(k + c) * RB);
+            // Keep the weights in a register: GCC would otherwise fold the tile load into each
+            // of the P FMAs and load the broadcast separately (two loads per FMA, not one).
+            asm("" : "+v"(wv));
 #pragma GCC unroll 4
             for (uint32_t p = 0; p < P; ++p) a[p][c] = fma(wv, bcast(x[p * xs + k + c]), a[p][c]);
         }
