@@ -270,7 +270,9 @@ void cq_block_matrices(CqMatrix *const *ms, size_t n, CqBlockStore &store) {
     std::vector<uint8_t *> at(n);
     for (size_t i = 0; i < n; ++i) at[i] = p, p += blocked_bytes(*ms[i]);
     // Memory-bound (~1 ms per 4 MB of copy on one core): the matrices are shared out.
-    tbb::parallel_for(size_t(0), n, [&](size_t i) { block_matrix(*ms[i], at[i]); });
+    parallel_for(0, uint32_t(n), 1, [&](uint32_t b, uint32_t e) {
+        for (uint32_t i = b; i < e; ++i) block_matrix(*ms[i], at[i]);
+    });
     for (size_t i = 0; i < n; ++i) ms[i]->blocked = at[i];
 }
 
