@@ -269,10 +269,13 @@ void cq_block_matrices(CqMatrix *const *ms, size_t n, CqBlockStore &store) {
     uint8_t *p = store.reserve(total);  // every byte of the copies is written below
     std::vector<uint8_t *> at(n);
     for (size_t i = 0; i < n; ++i) at[i] = p, p += blocked_bytes(*ms[i]);
-    // Memory-bound (~1 ms per 4 MB of copy on one core): the matrices are shared out.
-    parallel_for(0, uint32_t(n), 1, [&](uint32_t b, uint32_t e) {
+    // ~1 ms per 4 MB of copy on one core: large models share the matrices out (a small one
+    // would pay more for waking the worker threads than it saves).
+    auto run = [&](uint32_t b, uint32_t e) {
         for (uint32_t i = b; i < e; ++i) block_matrix(*ms[i], at[i]);
-    });
+    };
+    if (total >= (size_t(4) << 20)) parallel_for(0, uint32_t(n), 1, run);
+    else run(0, uint32_t(n));
     for (size_t i = 0; i < n; ++i) ms[i]->blocked = at[i];
 }
 
