@@ -303,17 +303,19 @@ void cq_matvec_fused(const CqMatrix &w, const Levels &lv, const float *xh, uint3
 // RB rows at a time, one row per lane: one index word per lane holds 16 (2-bit) or 8 (nibble)
 // columns of its row; a shift and a lane permute against the book give the weights of column
 // k for all RB rows, and one FMA with the broadcast activation x[k] does RB multiply-adds.
-// The order of one row is fixed: column k of a group goes to accumulator k % 8, the eight are
-// summed as ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)), multiplied by the group norm into the row's
+// The order of one row is fixed: column k of a group goes to accumulator k % kAcc (8 on AVX-512,
+// 4 on AVX2), summed pairwise (tree), multiplied by the group norm into the row's
 // total, groups in increasing order. The decode step (lanes_matvec) and the prefill tile
 // (lanes_tile_pass) both follow it, so no bit depends on n_pos, the row range or threading.
 #include "kernels/isa/lanes.h"
 
 constexpr uint32_t kMaxTileCols = 512;  // larger groups: one fused pass per position
 
-inline lanes::F tree8(const lanes::F *a) {
+// The accumulators of one group summed pairwise: ((a0+a1)+(a2+a3)) [+ ((a4+a5)+(a6+a7))].
+inline lanes::F tree(const lanes::F *a) {
     using namespace lanes;
-    return add(add(add(a[0], a[1]), add(a[2], a[3])), add(add(a[4], a[5]), add(a[6], a[7])));
+    const F lo = add(add(a[0], a[1]), add(a[2], a[3]));
+    return kAcc == 8 ? add(lo, add(add(a[4], a[5]), add(a[6], a[7]))) : lo;
 }
 
 // Eight columns of one word (fields `first` .. first+7) into the eight accumulators.
@@ -322,7 +324,7 @@ inline lanes::I lanes_step8(const lanes::Book &bk, lanes::I v, const float *x, l
     using namespace lanes;
 #pragma GCC unroll 8
     for (uint32_t c = 0; c < 8; ++c) {
-        a[c] = fma(bk.operator()<Wide>(v), bcast(x[c]), a[c]);
+        a[c % kAcc] = fma(bk.operator()<Wide>(v), bcast(x[c]), a[c % kAcc]);
         v = srl<FW>(v);
     }
     return v;
@@ -339,7 +341,7 @@ inline lanes::F lanes_matvec(const CqMatrix &w, const lanes::Book &bk, const uin
     for (uint32_t g = 0; g < w.ngroups; ++g, rec += rec_bytes) {
         const float *x = xh + size_t(g) * w.group;
         const uint32_t *wd = reinterpret_cast<const uint32_t *>(rec + 4 * RB);
-        F a[8];
+        F a[kAcc];
         for (auto &e : a) e = zero();
         for (uint32_t j = 0; j < full; ++j) {
             I v = load_words(wd + size_t(j) * RB);
@@ -347,7 +349,7 @@ inline lanes::F lanes_matvec(const CqMatrix &w, const lanes::Book &bk, const uin
             if (CPW == 16) lanes_step8<FW, Wide>(bk, v, x + j * CPW + 8, a);
         }
         if (full * CPW < w.group) lanes_step8<FW, Wide>(bk, load_words(wd + size_t(full) * RB), x + full * CPW, a);
-        tot = lanes::fma(lanes::load(reinterpret_cast<const float *>(rec)), tree8(a), tot);
+        tot = lanes::fma(lanes::load(reinterpret_cast<const float *>(rec)), tree(a), tot);
     }
     return tot;
 }
@@ -374,7 +376,7 @@ template <uint32_t P>
 inline void lanes_tile_pass(const float *tile, uint32_t n, const float *nrm, const float *x, size_t xs,
                             lanes::F *tot) {
     using namespace lanes;
-    F a[P][8];
+    F a[P][kAcc];
     for (uint32_t p = 0; p < P; ++p)
         for (auto &e : a[p]) e = zero();
     for (uint32_t k = 0; k < n; k += 8) {
@@ -385,11 +387,11 @@ inline void lanes_tile_pass(const float *tile, uint32_t n, const float *nrm, con
             // of the P FMAs and load the broadcast separately (two loads per FMA, not one).
             asm("" : "+v"(wv));
 #pragma GCC unroll 4
-            for (uint32_t p = 0; p < P; ++p) a[p][c] = fma(wv, bcast(x[p * xs + k + c]), a[p][c]);
+            for (uint32_t p = 0; p < P; ++p) a[p][c % kAcc] = fma(wv, bcast(x[p * xs + k + c]), a[p][c % kAcc]);
         }
     }
     const F nv = lanes::load(nrm);
-    for (uint32_t p = 0; p < P; ++p) tot[p] = fma(nv, tree8(a[p]), tot[p]);
+    for (uint32_t p = 0; p < P; ++p) tot[p] = fma(nv, tree(a[p]), tot[p]);
 }
 
 // Rows [lo, hi) of block b's totals (lanes lo - b*RB ..) into y (row lo at y[0]).
