@@ -109,9 +109,13 @@ typedef struct needle_model_params {
     uint32_t struct_size; /* sizeof(needle_model_params), set by needle_model_params_init */
     int32_t use_mmap;     /* 1 (default): map the file read-only; 0: read it into memory */
     int32_t n_threads;    /* worker threads for this model's kernels; 0 (default) = all cores */
+    uint32_t depth;       /* Needle 3 depth-ladder rung (model-v3.md §5): 0 (default) = all layers,
+                             2..num_layers = that many layers; anything else INVALID_ARGUMENT.
+                             Needle 2 accepts only 0. Added after the first layout: a struct_size
+                             that ends before it means 0 */
 } needle_model_params;
 
-/** Fills `p` with defaults (use_mmap 1, n_threads 0). NULL is ignored. Any thread. */
+/** Fills `p` with defaults (use_mmap 1, n_threads 0, depth 0). NULL is ignored. Any thread. */
 NEEDLE_API void needle_model_params_init(needle_model_params *p);
 
 /** Loads a .cact container from a file and validates all of it (container-v2.md §12).
@@ -137,8 +141,9 @@ NEEDLE_API void needle_model_free(needle_model *model);
  *  (older, shorter versions of this struct are accepted; fields past struct_size are not written). */
 typedef struct needle_model_info {
     uint32_t struct_size;
-    uint32_t format_version;   /* container format: 2 for Needle 2 (.cact tag 0x05E12A83) */
-    uint32_t vocab_size;       /* V: logits buffers hold this many floats */
+    uint32_t format_version;   /* container format: 2 for Needle 2 (.cact tag 0x05E12A83), 3 for
+                                  Needle 3 (0x05E12A84) */
+    uint32_t vocab_size;       /* V: token ids below it are accepted as input */
     uint32_t d_model;          /* D */
     uint32_t num_layers;       /* L */
     uint32_t num_heads;        /* H: query heads */
@@ -146,13 +151,22 @@ typedef struct needle_model_info {
     uint32_t head_dim;         /* query/key head width (qk_head_dim) */
     uint32_t v_head_dim;       /* value head width (equals head_dim in Needle 2) */
     uint32_t max_seq_len;      /* positions a state can hold (tokens) */
-    uint32_t kv_window;        /* effective attention window in tokens; 0 = full causal */
+    uint32_t kv_window;        /* effective attention window in tokens; 0 = full causal
+                                  (Needle 3: sliding_window of its local layers) */
     uint32_t mhc_lanes;        /* residual lanes n */
     uint32_t num_engram_sites; /* S */
     uint32_t bos_id, eos_id, pad_id, unk_id; /* from the tokenizer blob */
     uint32_t has_tokenizer;    /* 1 if the container carries a tokenizer */
     uint64_t weight_bytes;     /* bytes of tensor payload (all records but the tokenizer) */
     uint64_t file_bytes;       /* size of the container */
+    /* ---- added by issue 8 (Needle 3); older struct_size values end before these */
+    uint32_t out_vocab;        /* logits rows: every logits buffer holds this many floats
+                                  (Needle 2: vocab_size; Needle 3: ids >= out_vocab are input-only) */
+    uint64_t global_layer_mask; /* bit l set: layer l (as run, after the depth ladder) attends
+                                   globally; Needle 2: 0 */
+    uint32_t qkv_conv_taps;    /* taps of the causal Q/K/V conv (Needle 3), 0 = none */
+    uint32_t has_confidence_head;  /* 1 if needle_state_confidence is supported */
+    uint32_t has_contrastive_head; /* 1 if the container has an embedding (contrastive) head */
 } needle_model_info;
 
 /** Writes the model's info. Returns NEEDLE_OK, or INVALID_ARGUMENT (NULL arguments or a
@@ -184,9 +198,13 @@ typedef struct needle_state_params {
                           runs with window 0); > 0: this window in tokens */
     int32_t kv_type;   /* needle_kv_type; default NEEDLE_KV_F32. Added after the first layout:
                           a struct_size that ends before it means NEEDLE_KV_F32 */
+    uint32_t max_tokens; /* positions the state can hold: 0 (default) = max_seq_len; else the KV
+                            memory is sized for min(ring, max_tokens) positions per layer at
+                            creation and never grows; feeding past it is CONTEXT_FULL with the
+                            state unchanged. Added after kv_type (shorter struct_size: 0) */
 } needle_state_params;
 
-/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32). NULL is ignored. */
+/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32, max_tokens 0). NULL is ignored. */
 NEEDLE_API void needle_state_params_init(needle_state_params *p);
 
 /** needle_state_create with options (`p` NULL = defaults). */
@@ -218,10 +236,10 @@ NEEDLE_API void needle_batch_free(needle_batch *batch);
 
 /** Feeds one token at the state's position and advances it by one.
  *  logits: NULL with logits_len 0 skips the LM head; otherwise receives vocab_size floats
- *  (the next-token logits). Allocates nothing.
+ *  (the next-token logits: out_vocab floats, needle_model_info). Allocates nothing.
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL state, token >= vocab_size, NULL logits with
- *  logits_len > 0); BUFFER_TOO_SMALL (logits_len < vocab_size); CONTEXT_FULL (position is
- *  max_seq_len). On failure the state is unchanged. */
+ *  logits_len > 0); BUFFER_TOO_SMALL (logits_len < out_vocab); CONTEXT_FULL (position is
+ *  max_seq_len or the state's max_tokens). On failure the state is unchanged. */
 NEEDLE_API needle_status needle_state_decode(needle_state *state, uint32_t token, float *logits,
                                              size_t logits_len);
 
@@ -231,7 +249,7 @@ NEEDLE_API needle_status needle_state_decode(needle_state *state, uint32_t token
  *  Prefill of 0 tokens without logits is a no-op.
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL state, NULL tokens with n_tokens > 0, a token
  *  >= vocab_size, a batch of another model, n_tokens 0 with a logits buffer); BUFFER_TOO_SMALL;
- *  CONTEXT_FULL (pos + n_tokens > max_seq_len). On failure the state is unchanged. */
+ *  CONTEXT_FULL (pos + n_tokens > max_seq_len or max_tokens). On failure the state is unchanged. */
 NEEDLE_API needle_status needle_state_prefill(needle_state *state, needle_batch *batch,
                                               const uint32_t *tokens, size_t n_tokens,
                                               float *logits, size_t logits_len);
@@ -319,6 +337,15 @@ NEEDLE_API needle_status needle_generate(needle_state *state, needle_batch *batc
                                          const needle_generate_params *params,
                                          needle_token_callback callback, void *user_data,
                                          needle_generate_result *result);
+
+/* ---------------------------------------------------------------- probe heads (issue 8) */
+
+/** Writes to *probability the model's confidence head output, sigma(head), over every position
+ *  the state has been fed since creation or reset (Needle 3: model-v3.md §2.4, pooled online as
+ *  positions are fed: no second pass, nothing stored per position).
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL arguments, or nothing fed yet); UNSUPPORTED (the
+ *  model has no confidence head: needle_model_info.has_confidence_head is 0). */
+NEEDLE_API needle_status needle_state_confidence(const needle_state *state, float *probability);
 
 #ifdef __cplusplus
 } /* extern "C" */

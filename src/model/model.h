@@ -42,6 +42,11 @@ struct ModelInfo {
     uint32_t mhc_lanes = 0, num_engram_sites = 0;
     uint32_t bos_id = 2, eos_id = 1, pad_id = 0, unk_id = 3;
     uint64_t weight_bytes = 0, file_bytes = 0;
+    // Needle 3 additions (issue 8); v2 reports out_vocab = vocab_size and zeros.
+    uint32_t out_vocab = 0;          // logits rows
+    uint64_t global_layer_mask = 0;  // bit l: layer l (as run) attends globally
+    uint32_t qkv_conv_taps = 0;
+    bool has_confidence_head = false, has_contrastive_head = false;
 };
 
 // One sequence: position and whatever per-position memory the model keeps (KV ring, ...).
@@ -50,6 +55,7 @@ public:
     virtual ~Sequence() = default;
     virtual void reset() = 0;  // back to position 0
     uint32_t pos = 0;          // next position to write = tokens fed so far
+    uint32_t limit = 0;        // positions this sequence holds (max_tokens or max_seq_len)
     // This sequence's worker threads (sized from needle_model_params.n_threads); its own arena
     // while it lives (leased from a pool, core/arena_pool.h), so concurrent sequences never wait
     // on each other's slots, and no process-wide TBB limit.
@@ -68,9 +74,12 @@ enum class KvType { F32, INT8 };
 
 // How a sequence is created: kv_window -1 = the model's default, 0 = full causal, > 0 = that
 // window (tokens); kv_type INT8 stores each K/V row as int8 plus one f32 scale (not bit-faithful).
+// max_tokens 0 = the model's max_seq_len; else the KV memory is sized for that many positions
+// at creation and feeding past it is refused (Sequence::limit).
 struct SequenceOptions {
     int32_t kv_window = -1;
     KvType kv_type = KvType::F32;
+    uint32_t max_tokens = 0;
 };
 
 class Model {
@@ -92,6 +101,14 @@ public:
 
     int n_threads() const { return n_threads_; }  // 0 = all cores
 
+    // sigma(confidence head) over every position fed so far (model-v3.md §2.4), pooled online.
+    // Returns false when the model has no confidence head; true with *p set otherwise. Throws
+    // Error(INVALID_ARGUMENT) when nothing has been fed yet.
+    virtual bool confidence(const Sequence &seq, float *p) const {
+        (void)seq, (void)p;
+        return false;
+    }
+
 protected:
     ModelInfo info_;
     int n_threads_ = 0;
@@ -101,6 +118,7 @@ protected:
 struct LoadOptions {
     bool use_mmap = true;
     int n_threads = 0;  // 0 = all cores
+    uint32_t depth = 0; // Needle 3 ladder rung (model-v3.md §5): 0 = all layers
 };
 
 // Reads the tag, validates the container and builds the matching model.
