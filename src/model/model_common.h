@@ -7,10 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include "container/cact_records.h"
+#include "core/parallel.h"
 #include "kernels/kernels.h"
 
 namespace needle {
@@ -62,8 +60,8 @@ void for_positions(uint32_t n, const Fn &fn) {
         fn(0u);
         return;
     }
-    tbb::parallel_for(tbb::blocked_range<uint32_t>(0, n, 1), [&](const tbb::blocked_range<uint32_t> &r) {
-        for (uint32_t i = r.begin(); i != r.end(); ++i) fn(i);
+    parallel_for(0, n, 1, [&](uint32_t b, uint32_t e) {
+        for (uint32_t i = b; i != e; ++i) fn(i);
     });
 }
 

@@ -14,7 +14,6 @@
 #include "core/error.h"
 #include "core/f16.h"
 
-#include <tbb/parallel_for.h>
 
 namespace needle {
 
@@ -113,8 +112,15 @@ std::unique_ptr<Sequence> Needle3Model::new_sequence(const SequenceOptions &opt)
                                              "(sliding_window %u); use -1", opt.kv_window, g.W));
     if (opt.kv_window == 0 && g.W != 0)
         fail(NEEDLE_E_INVALID_ARGUMENT, "kv_window 0: Needle 3 local layers cannot attend fully causally; use -1");
+    if (opt.sink_tokens != 0)
+        fail(NEEDLE_E_INVALID_ARGUMENT, strf("sink_tokens %u: attention sinks are not implemented for Needle 3",
+                                             opt.sink_tokens));
     auto s = std::make_unique<Seq>();
     s->limit = opt.max_tokens == 0 ? g.Tmax : std::min(opt.max_tokens, g.Tmax);
+    s->options = opt;
+    s->options.kv_window = int32_t(g.W);
+    s->options.max_tokens = s->limit;
+    s->options.probe_heads = opt.probe_heads && has_conf_;
     s->kv_type = opt.kv_type;
     const uint32_t L = uint32_t(layers_.size());
     s->slots.resize(L), s->kv_off.resize(L), s->sc_off.resize(L);
@@ -136,7 +142,7 @@ std::unique_ptr<Sequence> Needle3Model::new_sequence(const SequenceOptions &opt)
     s->hist.assign(s->limit, 0u);
     s->vring = g.Te ? (g.Te - 1) * g.dil + 1 : 1;
     s->eraw.assign(size_t(g.S) * s->vring * g.d, 0.0f);
-    if (has_conf_) {
+    if (s->options.probe_heads) {
         s->pool.assign(size_t(conf_.cells) * conf_.k * (g.d + 2), 0.0f);
         s->conf_scratch.assign(size_t(conf_.cells) * conf_.k * g.d + size_t(conf_.cells) * conf_.k +
                                    2 * size_t(conf_.Q) * g.d + kPrepAlign + round_up(conf_.Q * g.d, kPrepAlign), 0.0f);
@@ -527,7 +533,7 @@ void Needle3Model::attention(Seq &s, Work &w, uint32_t li, uint32_t p0, uint32_t
                 attention_head(q + r * g.dq, KvRing<float>{kf + kr * g.dq, nullptr, g.dq, slots},
                                KvRing<float>{vf + kr * g.dv, nullptr, g.dv, slots}, lo, p, scores, o + r * g.dv);
         };
-        if (uint64_t(g.H) * (p - lo + 1) * (g.dq + g.dv) >= (uint64_t(1) << 16)) tbb::parallel_for(0u, g.H, head);
+        if (uint64_t(g.H) * (p - lo + 1) * (g.dq + g.dv) >= (uint64_t(1) << 16)) parallel_for(0, g.H, 1, [&](uint32_t b, uint32_t e) { for (uint32_t r = b; r < e; ++r) head(r); });
         else
             for (uint32_t r = 0; r < g.H; ++r) head(r);
         const float *gl = w.gl + size_t(i) * g.od;
@@ -594,7 +600,7 @@ void Needle3Model::block_tail(Work &w, uint32_t li, uint32_t i) const {
         for (uint32_t c = 0; c < D; ++c) dst[c] += hp[k] * y[c];
     }
     float *cell = w.cell + size_t(i) * D;  // confidence cell: mean over lanes after the layer
-    if (has_conf_) {
+    if (has_conf_) {  // cheap; pool_cells skips it for a state that does not pool
         for (uint32_t c = 0; c < D; ++c) {
             float sm = 0.0f;
             for (uint32_t k = 0; k < N; ++k) sm += X[size_t(k) * D + c];

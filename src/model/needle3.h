@@ -60,7 +60,8 @@ public:
     std::unique_ptr<Workspace> new_workspace(uint32_t capacity) const override;
     void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                  float *logits) const override;
-    bool confidence(const Sequence &seq, float *p) const override;
+    uint32_t probe_head_dim(ProbeHead h) const override;
+    void probe_head_output(const Sequence &seq, ProbeHead h, float *out) const override;
 
     const Needle3Geometry &geometry() const { return g_; }
     const std::vector<uint32_t> &kept_layers() const { return kept_; }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <tbb/parallel_for.h>
 
 #include "core/error.h"
 #include "model/needle3_state.h"
@@ -45,7 +44,7 @@ void Needle3Model::bind_confidence(const ContainerV3 &c, uint32_t b, Arena &ar, 
 // §2.4: online position softmax of every (cell, probe) of this cell over the chunk, in
 // position order: running max m, denominator s and numerator sum_t e^(score_t - m) c_t.
 void Needle3Model::pool_cells(Seq &s, Work &w, uint32_t cell, uint32_t n) const {
-    if (!has_conf_) return;
+    if (!s.options.probe_heads) return;
     const Needle3Geometry &g = g_;
     const uint32_t k = conf_.k, D = g.d;
     const float inv_sqrt_d = 1.0f / std::sqrt(float(D));
@@ -71,15 +70,24 @@ void Needle3Model::pool_cells(Seq &s, Work &w, uint32_t cell, uint32_t n) const 
             for (uint32_t e = 0; e < D; ++e) acc[e] += wt * c[e];
         }
     };
-    if (n * k * D >= (1u << 14)) tbb::parallel_for(0u, k, probe);
+    if (n * k * D >= (1u << 14)) parallel_for(0, k, 1, [&](uint32_t b, uint32_t e) { for (uint32_t j = b; j < e; ++j) probe(j); });
     else
         for (uint32_t j = 0; j < k; ++j) probe(j);
 }
 
-bool Needle3Model::confidence(const Sequence &seq, float *prob) const {
-    if (!has_conf_) return false;
+uint32_t Needle3Model::probe_head_dim(ProbeHead h) const {
+    return h == ProbeHead::Confidence && has_conf_ ? 1 : 0;
+}
+
+// The head output of §2.4 over the pooled positions: R = gain * unit(pooled), per query a
+// softmax over (cell, probe), then proj . concat(P_q) + bias.
+void Needle3Model::probe_head_output(const Sequence &seq, ProbeHead which, float *result) const {
     const Seq &s = static_cast<const Seq &>(seq);
-    if (s.pos == 0) fail(NEEDLE_E_INVALID_ARGUMENT, "no position has been fed yet");
+    if (which != ProbeHead::Confidence || !has_conf_)
+        fail(NEEDLE_E_UNSUPPORTED, which == ProbeHead::Confidence ? "this model has no confidence head"
+                                                                  : "this model has no contrastive head");
+    if (!s.options.probe_heads) fail(NEEDLE_E_UNSUPPORTED, "this state does not pool the probe heads");
+    if (s.pos == 0) fail(NEEDLE_E_INVALID_ARGUMENT, "no token has been fed yet");
     const Needle3Geometry &g = g_;
     const uint32_t D = g.d, CK = conf_.cells * conf_.k, Q = conf_.Q;
     float *R = s.conf_scratch.data(), *beta = R + size_t(CK) * D, *P = beta + CK;
@@ -112,8 +120,7 @@ bool Needle3Model::confidence(const Sequence &seq, float *prob) const {
     cq_prepare_input(P, Q * D, conf_.proj.cols_pad, conf_.proj.group, Ph);
     float out = 0.0f;
     cq_matmul(conf_.proj, Ph, conf_.proj.cols_pad, 1, 0, 1, &out, 1);
-    *prob = sigmoid(out + conf_.bias);
-    return true;
+    *result = out + conf_.bias;
 }
 
 }  // namespace needle
