@@ -75,6 +75,24 @@ CqMatrix bind_cq(const TensorRecord &t, const CqTables &tb, Arena &ar) {
     return m;
 }
 
+void engram_conv_at(uint32_t p, uint32_t p0, uint32_t n_taps, uint32_t dil, uint32_t order_gate,
+                    const float *taps, const float *chunk, size_t chunk_stride, const float *ring,
+                    uint32_t ring_rows, uint32_t d, float *ev) {
+    std::fill(ev, ev + d, 0.0f);
+    for (uint32_t j = 0; j < n_taps && j * dil <= p && p >= j * order_gate; ++j) {
+        const uint32_t q = p - j * dil;
+        const float *src = q >= p0 ? chunk + size_t(q - p0) * chunk_stride : ring + size_t(q % ring_rows) * d;
+        const float *tap = taps + size_t(j) * d;
+        for (uint32_t c = 0; c < d; ++c) ev[c] += tap[c] * src[c];
+    }
+}
+
+void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk_stride, float *ring,
+                       uint32_t ring_rows, uint32_t d) {
+    for (uint32_t i = (n > ring_rows ? n - ring_rows : 0); i < n; ++i)
+        std::memcpy(ring + size_t((p0 + i) % ring_rows) * d, chunk + i * chunk_stride, sizeof(float) * d);
+}
+
 namespace {
 // Log-sum-exp of n values with stride (model-v2.md §2).
 float lse(const float *v, uint32_t n, uint32_t stride) {

@@ -65,6 +65,17 @@ void for_positions(uint32_t n, const Fn &fn) {
     });
 }
 
+// Engram value convolution at position p (model-v2.md §2.4, model-v3.md §1.2):
+// ev[c] = sum_j taps[j][c] * v_{p - j*dil}[c] over j < n_taps with j*dil <= p and
+// p >= j*order_gate (v3's max_order clause; 0 = none). v_q comes from the chunk when q >= p0
+// (chunk + (q - p0) * chunk_stride), else from the ring (row q % ring_rows). ev[d] is overwritten.
+void engram_conv_at(uint32_t p, uint32_t p0, uint32_t n_taps, uint32_t dil, uint32_t order_gate,
+                    const float *taps, const float *chunk, size_t chunk_stride, const float *ring,
+                    uint32_t ring_rows, uint32_t d, float *ev);
+// After a chunk of n positions at p0: the last ring_rows pre-conv values go into the ring.
+void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk_stride, float *ring,
+                       uint32_t ring_rows, uint32_t d);
+
 // Log-domain Sinkhorn on m[n][n]: 20 rounds of row then column log-sum-exp, then exp.
 void sinkhorn(float *m, uint32_t n);
 

@@ -374,19 +374,10 @@ void Needle2Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
         // Tap convolution over un-convolved values at p - j*dil: from this chunk when q >= p0,
         // else from the ring; the ring is written only afterwards (§6).
         float *ring = s.vraw.data() + size_t(si) * s.vring * g.D;
-        for (uint32_t i = 0; i < n; ++i) {
-            const uint32_t p = p0 + i;
-            float *ev = w.ev + i * SD + size_t(si) * g.D;
-            std::fill(ev, ev + g.D, 0.0f);
-            for (uint32_t j = 0; j < g.taps && j * g.dil <= p; ++j) {
-                const uint32_t q = p - j * g.dil;
-                const float *src = q >= p0 ? vc + size_t(q - p0) * SD : ring + size_t(q % s.vring) * g.D;
-                const float *tap = st.taps + size_t(j) * g.D;
-                for (uint32_t c = 0; c < g.D; ++c) ev[c] += tap[c] * src[c];
-            }
-        }
-        for (uint32_t i = (n > s.vring ? n - s.vring : 0); i < n; ++i)
-            std::memcpy(ring + size_t((p0 + i) % s.vring) * g.D, vc + i * SD, sizeof(float) * g.D);
+        for (uint32_t i = 0; i < n; ++i)
+            engram_conv_at(p0 + i, p0, g.taps, g.dil, 0, st.taps, vc, SD, ring, s.vring, g.D,
+                           w.ev + i * SD + size_t(si) * g.D);
+        engram_ring_store(p0, n, vc, SD, ring, s.vring, g.D);
     }
 }
 

@@ -384,18 +384,10 @@ void Needle3Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
         matmul_shared(kv, 2, w.f, g.d, g.d, n, w.fh, w.pd);
         float *ring = s.eraw.data() + size_t(si) * s.vring * g.d;
         for_positions(n, [&](uint32_t i) {
-            const uint32_t p = p0 + i;
-            float *ev = w.ev + i * SD + size_t(si) * g.d;
-            std::fill(ev, ev + g.d, 0.0f);
-            for (uint32_t j = 0; j < g.Te && j * g.dil <= p && p >= j * g.max_order; ++j) {
-                const uint32_t q = p - j * g.dil;
-                const float *src = q >= p0 ? er + size_t(q - p0) * SD : ring + size_t(q % s.vring) * g.d;
-                const float *tap = st.taps + size_t(j) * g.d;
-                for (uint32_t c = 0; c < g.d; ++c) ev[c] += tap[c] * src[c];
-            }
+            engram_conv_at(p0 + i, p0, g.Te, g.dil, g.max_order, st.taps, er, SD, ring, s.vring, g.d,
+                           w.ev + i * SD + size_t(si) * g.d);
         });
-        for (uint32_t i = (n > s.vring ? n - s.vring : 0); i < n; ++i)
-            std::memcpy(ring + size_t((p0 + i) % s.vring) * g.d, er + i * SD, sizeof(float) * g.d);
+        engram_ring_store(p0, n, er, SD, ring, s.vring, g.d);
     }
 }
 
