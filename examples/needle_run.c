@@ -28,7 +28,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: needle-run [--model FILE] [--max-tokens N] [--temperature T] [--top-k K]\n"
             "                  [--top-p P] [--seed S] [--threads N] \"prompt\"\n"
-            "  --model FILE     a Needle 2 .cact container (default: the bundled demo model)\n"
+            "  --model FILE     a Needle 2 or Needle 3 .cact container (default: the bundled demo model)\n"
             "  --max-tokens N   tokens to generate (default 64)\n"
             "  --temperature T  0 = greedy (default); > 0 samples\n"
             "  --top-k K, --top-p P, --seed S   sampling controls\n"

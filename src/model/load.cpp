@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "model/needle2.h"
+#include "model/needle3.h"
 
 namespace needle {
 
@@ -74,7 +75,13 @@ FileBytes::~FileBytes() {
 }
 
 std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, const LoadOptions &opt) {
+    if (bytes->size() >= 4 && read_u32(bytes->data()) == kCactTagV3) {
+        const ContainerV3 c = parse_cact_v3(bytes->data(), bytes->size());
+        return std::make_shared<Needle3Model>(std::move(bytes), c, opt.n_threads, opt.depth);
+    }
     const ContainerV2 c = parse_cact_v2(bytes->data(), bytes->size());
+    if (opt.depth != 0)
+        fail(NEEDLE_E_INVALID_ARGUMENT, strf("depth %u: a Needle 2 model has no depth ladder (use 0)", opt.depth));
     return std::make_shared<Needle2Model>(std::move(bytes), c, opt.n_threads);
 }
 
