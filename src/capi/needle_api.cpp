@@ -14,14 +14,11 @@
 #include "core/error.h"
 #include "generate/generate.h"
 #include "kernels/kernels.h"
+#include "capi/handles.h"
 #include "model/model.h"
 #include "needle.h"
 
 using needle::Error;
-
-struct needle_model {
-    std::shared_ptr<const needle::Model> m;
-};
 
 struct needle_state {
     std::shared_ptr<const needle::Model> model;
@@ -120,6 +117,8 @@ needle_status load_common(const char *fn, const needle_model_params *p, needle_m
 }
 
 }  // namespace
+
+needle_status needle::capi::set_error(needle_status code, const char *msg) { return ::set_error(code, msg); }
 
 extern "C" {
 
