@@ -314,3 +314,49 @@ TEST_CASE("chat: bad tools, bad text and NULLs give a status with a specific mes
     needle_chat_reset(nullptr);
     needle_chat_free(nullptr);
 }
+
+TEST_CASE("chat: noise weights with tool_choice required give only schema-valid calls on closed-set schemas") {
+    // Every value is a closed set (enum, boolean, bounded integer, bounded array of enums), so
+    // the grammar leaves the model no way to write an invalid call: 20 queries, all successful.
+    const char *tools =
+        R"([{"name": "set_lights", "parameters": {"type": "object", "properties": {)"
+        R"("room": {"type": "string", "enum": ["kitchen", "bedroom", "living room"]},)"
+        R"("on": {"type": "boolean"},)"
+        R"("brightness": {"type": "integer", "minimum": 0, "maximum": 100},)"
+        R"("colors": {"type": "array", "items": {"type": "string", "enum": ["red", "warm white"]}, "maxItems": 2}},)"
+        R"("required": ["room", "on"]}}])";
+    Chat c = make_chat(tiny().get(), "", tools, params(NEEDLE_TOOL_CHOICE_REQUIRED));
+    const std::vector<std::string> rooms{"kitchen", "bedroom", "living room"};
+    for (int q = 0; q < 20; ++q) {
+        needle_chat_reset(c.get());
+        const std::string query = "Query " + std::to_string(q) + ": lights in the " + rooms[q % 3] + (q % 2 ? " off" : " on, dim");
+        const std::string text = complete_text(c.get(), query, 200);
+        INFO(query << " -> " << text);
+        const auto env = nlohmann::ordered_json::parse(text);
+        check_key_order(env);
+        REQUIRE(env["success"] == true);
+        REQUIRE(env["function_calls"].size() == 1);  // one tool: exactly one call, never []
+        const auto &call = env["function_calls"][0];
+        CHECK(call["name"] == "set_lights");
+        const auto &args = call["arguments"];
+        REQUIRE(args.is_object());
+        CHECK(args.contains("room"));
+        CHECK(args.contains("on"));
+        for (auto it = args.begin(); it != args.end(); ++it) {
+            const std::string k = it.key();
+            if (k == "room") CHECK(std::find(rooms.begin(), rooms.end(), it.value().get<std::string>()) != rooms.end());
+            else if (k == "on") CHECK(it.value().is_boolean());
+            else if (k == "brightness") {
+                REQUIRE(it.value().is_number_integer());
+                CHECK(it.value().get<int>() >= 0);
+                CHECK(it.value().get<int>() <= 100);
+            } else if (k == "colors") {
+                REQUIRE(it.value().is_array());
+                CHECK(it.value().size() <= 2);
+                for (const auto &v : it.value()) CHECK((v == "red" || v == "warm white"));
+            } else {
+                FAIL("undeclared key " << k);
+            }
+        }
+    }
+}

@@ -95,9 +95,6 @@ needle_status read_params(const char *fn, const needle_chat_params *p, needle_ch
                                                          " (use 0 auto, 1 required, 2 none)");
     if (out.kv_type != NEEDLE_KV_F32 && out.kv_type != NEEDLE_KV_INT8)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "kv_type " + std::to_string(out.kv_type) + " (use 0 f32 or 1 int8)");
-#if !NEEDLE_CHAT_HAVE_GRAMMAR
-    if (out.grammar) return errorf(NEEDLE_E_UNSUPPORTED, fn, "this build has no grammar; set grammar 0");
-#endif
     return NEEDLE_OK;
 }
 
@@ -123,7 +120,7 @@ void needle_chat_params_init(needle_chat_params *p) {
     p->struct_size = sizeof *p;
     p->tool_choice = NEEDLE_TOOL_CHOICE_AUTO;
     p->kv_type = NEEDLE_KV_F32;
-    p->grammar = NEEDLE_CHAT_HAVE_GRAMMAR;
+    p->grammar = 1;
     p->require_required = 1;
     p->stop_needs_call = 1;
 }

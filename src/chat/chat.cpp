@@ -38,9 +38,6 @@ Chat::Chat(std::shared_ptr<const Model> model, std::string_view system, std::str
     if (!tok_ || tok_->size() == 0) fail(NEEDLE_E_UNSUPPORTED, "chat: the model has no tokenizer");
     if (!utf8_valid(system)) fail(NEEDLE_E_INVALID_ARGUMENT, "chat: system text is not valid UTF-8");
     ids_ = marker_ids(*tok_);
-#if !NEEDLE_CHAT_HAVE_GRAMMAR
-    if (opt_.grammar) fail(NEEDLE_E_UNSUPPORTED, "chat: this build has no grammar (constrained decoding)");
-#endif
     parse_tools(tools_json);
     if (opt_.tool_choice == ToolChoice::Required && grammar_tools_.empty())
         fail(NEEDLE_E_INVALID_ARGUMENT, "chat: tool_choice required needs at least one tool");
@@ -59,15 +56,13 @@ Chat::Chat(std::shared_ptr<const Model> model, std::string_view system, std::str
                                          "than %u positions for the conversation",
                                          prefix_ids_.size(), mi.max_seq_len, kMinTurnRoom));
 
-#if NEEDLE_CHAT_HAVE_GRAMMAR
-    if (opt_.grammar) {
-        token_bytes_ = std::make_unique<TokenBytes>(*tok_);
-        GrammarOptions go;
-        go.require_required = opt_.require_required;
-        grammar_ = Grammar::compile(grammar_tools_, go);
-        matcher_ = std::make_unique<GrammarMatcher>(grammar_, *token_bytes_);
-    }
-#endif
+    // Compiled with the grammar off too: the schemas are validated the same way, and the
+    // post-decode checks (§6.4) still apply to a free-decoded payload.
+    token_bytes_ = std::make_unique<TokenBytes>(*tok_);
+    GrammarOptions go;
+    go.require_required = opt_.require_required;
+    grammar_ = Grammar::compile(grammar_tools_, go);
+    if (opt_.grammar) matcher_ = std::make_unique<GrammarMatcher>(grammar_, *token_bytes_);
     SequenceOptions so;
     so.kv_type = opt_.kv_type;
     seq_ = model_->new_sequence(so);

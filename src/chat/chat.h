@@ -12,16 +12,10 @@
 
 #include "chat/completion.h"
 #include "chat/envelope.h"
+#include "chat/grammar.h"
 #include "chat/json.h"
 #include "chat/template.h"
 #include "model/model.h"
-
-#if __has_include("chat/grammar.h")
-#include "chat/grammar.h"
-#define NEEDLE_CHAT_HAVE_GRAMMAR 1
-#else
-#define NEEDLE_CHAT_HAVE_GRAMMAR 0
-#endif
 
 namespace needle {
 namespace chat {
@@ -31,7 +25,7 @@ enum class ToolChoice : int32_t { Auto = 0, Required = 1, None = 2 };
 struct ChatOptions {
     ToolChoice tool_choice = ToolChoice::Auto;
     KvType kv_type = KvType::F32;
-    bool grammar = NEEDLE_CHAT_HAVE_GRAMMAR;  // §6: constrain the call payload
+    bool grammar = true;                      // §6: constrain the call payload
     bool require_required = true;             // §6.4 switch: '}' only after every required key
     bool stop_needs_call = true;              // §6.3 switch: EOS / <|im_end|> masked until a call list closed
 };
@@ -44,8 +38,7 @@ public:
     // Parses and canonicalises the tools (§3.3), compiles the grammar, prefills the static
     // prefix. Throws Error: INVALID_ARGUMENT (bad JSON / UTF-8, not an array, a tool without a
     // string "name", tool_choice required with no tool), CONTEXT_FULL (static prefix leaves
-    // fewer than kMinTurnRoom positions), UNSUPPORTED (no tokenizer / markers, grammar requested
-    // in a build without it), NO_MEMORY.
+    // fewer than kMinTurnRoom positions), UNSUPPORTED (no tokenizer / markers), NO_MEMORY.
     Chat(std::shared_ptr<const Model> model, std::string_view system, std::string_view tools_json,
          const ChatOptions &opt);
     ~Chat();
@@ -106,11 +99,9 @@ private:
     std::vector<uint64_t> mask_;
     std::vector<uint32_t> feed_ids_, gen_;
     double last_p_decode_ = 0.0, last_p_head_ = -1.0;
-#if NEEDLE_CHAT_HAVE_GRAMMAR
     std::unique_ptr<TokenBytes> token_bytes_;
-    std::shared_ptr<const Grammar> grammar_;
-    std::unique_ptr<GrammarMatcher> matcher_;
-#endif
+    std::shared_ptr<const Grammar> grammar_;  // compiled even with grammar off: post-decode checks
+    std::unique_ptr<GrammarMatcher> matcher_;  // null with grammar off
 };
 
 // §8: min(head probability, decode probability), the head part skipped when absent (< 0).

@@ -42,7 +42,6 @@ uint32_t Chat::choose(int phase, bool forbid_empty_list, TurnResult &r) {
         }
         return best;
     }
-#if NEEDLE_CHAT_HAVE_GRAMMAR
     if (matcher_) {
         const size_t allowed = matcher_->fill_mask(mask_.data());
         if (forbid_empty_list && r.payload.size() < 2) {
@@ -72,7 +71,6 @@ uint32_t Chat::choose(int phase, bool forbid_empty_list, TurnResult &r) {
         }
         return best;
     }
-#endif
     (void)forbid_empty_list;
     return argmax(lg, V);
 }
@@ -82,9 +80,7 @@ Chat::Stop Chat::decode(uint32_t max_new_tokens, TurnResult &r) {
     const uint32_t Tmax = model_->info().max_seq_len;
     gen_.clear();
     r.payload.clear();
-#if NEEDLE_CHAT_HAVE_GRAMMAR
     if (matcher_) matcher_->reset();
-#endif
     // tool_choice required keeps "[]" possible on a tool-result turn, so run() can finish [C].
     const bool forbid_empty = opt_.tool_choice == ToolChoice::Required && !is_tool_result_turn();
     int phase = kFree;
@@ -100,13 +96,11 @@ Chat::Stop Chat::decode(uint32_t max_new_tokens, TurnResult &r) {
         if (phase == kCall) {
             r.logp_call += lp;
             ++r.n_call;
-#if NEEDLE_CHAT_HAVE_GRAMMAR
             if (matcher_ && id != ids_.tool_call_end && !matcher_->accept(id)) {
                 r.internal = "internal: the grammar refused the token it allowed";
                 stop = Stop::Internal;
                 break;
             }
-#endif
             if (id == ids_.tool_call_end) phase = kAfterCall;
             else append_token_bytes(*tok_, id, r.payload);
         } else if (phase == kFree && id == ids_.tool_call) {
@@ -171,9 +165,7 @@ void Chat::finish_envelope(const TurnResult &r, Stop stop, Envelope &e) {
     std::string canon;
     write_canonical(calls, canon);
     std::string bad = check_calls_shape(calls, grammar_tools_);
-#if NEEDLE_CHAT_HAVE_GRAMMAR
     if (bad.empty() && grammar_) bad = post_check(*grammar_, calls);
-#endif
     if (!bad.empty()) {
         set_failure(e, "schema_violation", bad);
         if (calls.kind == JsonValue::Kind::Array) e.suppressed_calls = canon;  // never dropped silently
