@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "  --max-tokens N   tokens to generate (default 64)\n"
             "  --temperature T  0 = greedy (default); > 0 samples\n"
             "  --top-k K, --top-p P, --seed S   sampling controls\n"
-            "  --threads N      worker threads (default 0 = all cores)\n");
+            "  --threads N      worker threads (default 0 = all cores; more than the cores are clamped)\n");
 }
 
 /* Parses a number argument; exits with a message on junk. */

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/arena_pool.h"
+#include "core/parallel.h"
 #include "tokenizer/tokenizer.h"
 
 namespace needle {
@@ -90,7 +90,7 @@ public:
     virtual void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                          float *logits) const = 0;
 
-    int n_threads() const { return n_threads_; }  // 0 = all cores
+    int n_threads() const { return n_threads_; }  // as loaded: clamp_threads() of the request
 
 protected:
     ModelInfo info_;
@@ -100,7 +100,7 @@ protected:
 
 struct LoadOptions {
     bool use_mmap = true;
-    int n_threads = 0;  // 0 = all cores
+    int n_threads = 0;  // the C shim passes clamp_threads(needle_model_params.n_threads)
 };
 
 // Reads the tag, validates the container and builds the matching model.

@@ -8,10 +8,9 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/f16.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 namespace needle {
 
@@ -63,8 +62,8 @@ void for_positions(uint32_t n, const Fn &fn) {
         fn(0u);
         return;
     }
-    tbb::parallel_for(tbb::blocked_range<uint32_t>(0, n, 1), [&](const tbb::blocked_range<uint32_t> &r) {
-        for (uint32_t i = r.begin(); i != r.end(); ++i) fn(i);
+    parallel_for(0, n, 1, [&](uint32_t b, uint32_t e) {
+        for (uint32_t i = b; i != e; ++i) fn(i);
     });
 }
 
@@ -535,7 +534,9 @@ void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t 
         // Heads are independent (own scores, own output): split over the arena's threads once
         // the keys are many enough to pay for it (needle2 at 64+ keys: >= 2^16 multiply-adds).
         if (uint64_t(g.H) * (p - lo + 1) * (2 * g.hd) >= (uint64_t(1) << 16))
-            tbb::parallel_for(0u, g.H, head);
+            parallel_for(0, g.H, 1, [&](uint32_t b, uint32_t e) {
+                for (uint32_t r = b; r != e; ++r) head(r);
+            });
         else
             for (uint32_t r = 0; r < g.H; ++r) head(r);
         for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
