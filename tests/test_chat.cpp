@@ -360,3 +360,40 @@ TEST_CASE("chat: noise weights with tool_choice required give only schema-valid 
         }
     }
 }
+
+TEST_CASE("chat: run() loop: a call, then the tool results inside <tool_result>, then respond or call") {
+    const char *tools = R"([{"name": "get_weather", "parameters": {"type": "object", "properties": )"
+                        R"({"city": {"type": "string", "enum": ["Paris", "Oslo"]}}, "required": ["city"]}}])";
+    Chat c = make_chat(tiny().get(), "", tools, params(NEEDLE_TOOL_CHOICE_REQUIRED));
+    const auto first = nlohmann::ordered_json::parse(complete_text(c.get(), "What's the weather in Paris?", 64));
+    REQUIRE(first["success"] == true);
+    REQUIRE(first["function_calls"].size() == 1);
+    CHECK(first["type"] == "call");
+    const std::string results = R"([{"temp_c": 21, "sky": "clear"}])";  // json.dumps, spaces kept
+    CHECK(render(c.get(), results) == "<|im_end|>\n<|im_start|>user\n<tool_result>" + results +
+                                          "</tool_result><|im_end|>\n<|im_start|>assistant\n");
+    const auto second = nlohmann::ordered_json::parse(complete_text(c.get(), results, 64));
+    check_key_order(second);
+    INFO(second.dump());
+    REQUIRE(second["success"] == true);
+    // §7.1 [C]: "respond" exactly when tool results were answered with [].
+    CHECK(second["type"] == (second["function_calls"].empty() ? "respond" : "call"));
+    // After a turn without calls the next text is a follow-up query, not tool results.
+    if (second["function_calls"].empty()) CHECK(render(c.get(), "thanks").find("<tool_result>") == std::string::npos);
+}
+
+TEST_CASE("chat: a conversation that reaches max_seq_len fails with context_full until reset") {
+    Chat c = make_chat(tiny().get(), "", kWeatherTool, params(NEEDLE_TOOL_CHOICE_REQUIRED));
+    std::string code;
+    int turns = 0;
+    for (; turns < 40 && code != "context_full"; ++turns) {
+        const auto env = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Paris? And in Oslo, Rome, Madrid?", 48));
+        check_key_order(env);
+        code = env["error_code"].is_null() ? "" : env["error_code"].get<std::string>();
+    }
+    CHECK(code == "context_full");
+    CHECK(turns > 1);
+    needle_chat_reset(c.get());
+    const auto env = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Paris?", 48));
+    CHECK(env["error_code"] != "context_full");
+}
