@@ -425,11 +425,21 @@ NEEDLE_API needle_status needle_chat_tools_json(const needle_chat *chat, char *o
  *  Returns NEEDLE_OK or INVALID_ARGUMENT (NULL arguments). */
 NEEDLE_API needle_status needle_chat_static_prefix_tokens(const needle_chat *chat, uint32_t *n_tokens);
 
-/** The two parts of the last turn's confidence (§8): decode probability exp(mean log p) over the
- *  call tokens, and the confidence head's probability (-1 when not available). Debug aid.
- *  Returns NEEDLE_OK or INVALID_ARGUMENT. */
-NEEDLE_API needle_status needle_chat_confidence_parts(const needle_chat *chat, double *p_decode,
-                                                      double *p_head);
+/** Figures of the last needle_chat_complete turn (debug and benchmarks). Set struct_size. */
+typedef struct needle_chat_stats {
+    uint32_t struct_size;
+    uint32_t prefill_tokens;   /* tokens run through the model before the first generated one */
+    uint32_t generated_tokens; /* stop token excluded */
+    uint32_t call_tokens;      /* generated after <tool_call>, through </tool_call> */
+    double prefill_ms, decode_ms; /* wall time; decode_ms includes grammar_ms */
+    double grammar_ms;         /* token masks and automaton steps inside the call */
+    double p_decode;           /* confidence part: exp(mean log p) of the call tokens (§8) */
+    double p_head;             /* confidence part: the confidence head (-1: not available) */
+} needle_chat_stats;
+
+/** Writes the last turn's figures (zeros before the first turn). Returns NEEDLE_OK or
+ *  INVALID_ARGUMENT (NULL arguments, struct_size smaller than this struct). */
+NEEDLE_API needle_status needle_chat_last_stats(const needle_chat *chat, needle_chat_stats *stats);
 
 /* ---------------------------------------------------------------- upstream-compatible API (issue 9) */
 

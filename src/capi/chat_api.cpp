@@ -183,11 +183,17 @@ needle_status needle_chat_static_prefix_tokens(const needle_chat *chat, uint32_t
     return NEEDLE_OK;
 }
 
-needle_status needle_chat_confidence_parts(const needle_chat *chat, double *p_decode, double *p_head) {
-    if (!chat || !p_decode || !p_head)
-        return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_chat_confidence_parts", "chat, p_decode or p_head is NULL");
-    *p_decode = chat->chat->last_p_decode();
-    *p_head = chat->chat->last_p_head();
+needle_status needle_chat_last_stats(const needle_chat *chat, needle_chat_stats *stats) {
+    const char *fn = "needle_chat_last_stats";
+    if (!chat || !stats) return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "chat or stats is NULL");
+    if (stats->struct_size < sizeof *stats)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "struct_size " + std::to_string(stats->struct_size) + " < " +
+                                                         std::to_string(sizeof *stats));
+    const needle::chat::TurnStats &t = chat->chat->last_stats();
+    stats->prefill_tokens = t.prefill_tokens, stats->generated_tokens = t.generated_tokens;
+    stats->call_tokens = t.call_tokens;
+    stats->prefill_ms = t.prefill_ms, stats->decode_ms = t.decode_ms, stats->grammar_ms = t.grammar_ms;
+    stats->p_decode = t.p_decode, stats->p_head = t.p_head;
     return NEEDLE_OK;
 }
 

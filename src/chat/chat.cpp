@@ -72,6 +72,7 @@ Chat::Chat(std::shared_ptr<const Model> model, std::string_view system, std::str
     mask_.resize((mi.vocab_size + 63) / 64);
     feed_ids_.reserve(mi.max_seq_len);
     gen_.reserve(mi.max_seq_len);
+    turn_.payload.reserve(size_t(mi.max_seq_len) * 8);
     // The static prefix is prefilled by the first turn (a chat used only to render costs no
     // forward pass) and kept from then on for every reset.
 }
@@ -160,9 +161,19 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
     at_prefix_ = false;
     if (prefill_s > 0) e.prefill_tps = double(feed_ids_.size() + restored) / prefill_s;
 
-    TurnResult r;
+    std::string payload = std::move(turn_.payload);  // keeps its capacity: no growth per step
+    turn_ = TurnResult{};
+    turn_.payload = std::move(payload);
+    TurnResult &r = turn_;
     const Stop stop = decode(max_new_tokens, r);
     if (r.decode_s > 0) e.decode_tps = r.generated / r.decode_s;
+    stats_ = TurnStats{};
+    stats_.prefill_tokens = uint32_t(feed_ids_.size() + restored);
+    stats_.generated_tokens = r.generated;
+    stats_.call_tokens = r.n_call;
+    stats_.prefill_ms = prefill_s * 1e3;
+    stats_.decode_ms = r.decode_s * 1e3;
+    stats_.grammar_ms = r.grammar_s * 1e3;
     ++turns_;
     finish_envelope(r, stop, e);
     last_had_calls_ = e.success && e.function_calls != "[]";

@@ -30,6 +30,13 @@ struct ChatOptions {
     bool stop_needs_call = true;              // §6.3 switch: EOS / <|im_end|> masked until a call list closed
 };
 
+// Figures of the last turn (needle_chat_stats).
+struct TurnStats {
+    uint32_t prefill_tokens = 0, generated_tokens = 0, call_tokens = 0;
+    double prefill_ms = 0, decode_ms = 0, grammar_ms = 0;
+    double p_decode = 0, p_head = -1;
+};
+
 // Positions the static prefix must leave free before max_seq_len (§10.3 [C]).
 constexpr uint32_t kMinTurnRoom = 256;
 
@@ -54,10 +61,7 @@ public:
     const std::string &tools_canonical() const { return tools_text_; }
     uint32_t static_prefix_tokens() const { return uint32_t(prefix_ids_.size()); }  // BOS included
     const std::vector<uint32_t> &static_prefix_ids() const { return prefix_ids_; }
-    // Parts of the last turn's confidence (§8): the decode probability and the head's (< 0:
-    // no head available in this build).
-    double last_p_decode() const { return last_p_decode_; }
-    double last_p_head() const { return last_p_head_; }
+    const TurnStats &last_stats() const { return stats_; }
 
 private:
     enum class Stop { Eos, Budget, Context, Internal };
@@ -69,6 +73,7 @@ private:
         std::string payload;     // call bytes so far (the tool_choice required rule)
         std::string internal;    // an engine bug, reported as error_code "internal"
         double decode_s = 0.0;
+        double grammar_s = 0.0;  // fill_mask + accept
     };
 
     void parse_tools(std::string_view tools_json);
@@ -98,7 +103,8 @@ private:
     std::vector<float> logits_;
     std::vector<uint64_t> mask_;
     std::vector<uint32_t> feed_ids_, gen_;
-    double last_p_decode_ = 0.0, last_p_head_ = -1.0;
+    TurnResult turn_;  // reused every turn (its payload keeps its capacity)
+    TurnStats stats_;
     std::unique_ptr<TokenBytes> token_bytes_;
     std::shared_ptr<const Grammar> grammar_;  // compiled even with grammar off: post-decode checks
     std::unique_ptr<GrammarMatcher> matcher_;  // null with grammar off

@@ -13,6 +13,10 @@ namespace chat {
 namespace {
 enum Phase { kFree = 0, kCall = 1, kAfterCall = 2 };
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 double log_softmax_of(const float *logits, uint32_t V, uint32_t id) {
     float mx = logits[0];
     for (uint32_t i = 1; i < V; ++i) mx = std::max(mx, logits[i]);
@@ -88,7 +92,10 @@ Chat::Stop Chat::decode(uint32_t max_new_tokens, TurnResult &r) {
     Stop stop = Stop::Budget;
     while (true) {
         if (r.generated == max_new_tokens) { stop = Stop::Budget; break; }
+        const bool in_call = phase == kCall && matcher_;
+        auto g0 = std::chrono::steady_clock::now();
         const uint32_t id = choose(phase, forbid_empty, r);
+        if (in_call) r.grammar_s += seconds_since(g0);
         if (!r.internal.empty()) { stop = Stop::Internal; break; }
         const double lp = log_softmax_of(logits_.data(), V, id);  // unmasked softmax (§8)
         r.logp_all += lp;
@@ -96,11 +103,13 @@ Chat::Stop Chat::decode(uint32_t max_new_tokens, TurnResult &r) {
         if (phase == kCall) {
             r.logp_call += lp;
             ++r.n_call;
+            g0 = std::chrono::steady_clock::now();
             if (matcher_ && id != ids_.tool_call_end && !matcher_->accept(id)) {
                 r.internal = "internal: the grammar refused the token it allowed";
                 stop = Stop::Internal;
                 break;
             }
+            if (in_call) r.grammar_s += seconds_since(g0);
             if (id == ids_.tool_call_end) phase = kAfterCall;
             else append_token_bytes(*tok_, id, r.payload);
         } else if (phase == kFree && id == ids_.tool_call) {
@@ -112,7 +121,7 @@ Chat::Stop Chat::decode(uint32_t max_new_tokens, TurnResult &r) {
         feed(*model_, *seq_, *step_, &id, 1, last ? nullptr : logits_.data());
         if (seq_->pos >= Tmax) { stop = Stop::Context; break; }
     }
-    r.decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.decode_s = seconds_since(t0);
     return stop;
 }
 
@@ -139,10 +148,10 @@ void Chat::finish_envelope(const TurnResult &r, Stop stop, Envelope &e) {
     const Completion c = parse_completion(*tok_, ids_, gen_.data(), gen_.size());
     e.reasoning = c.reasoning;  // filled even on failure [O]
     // §8 [C]: exp(mean log p) over the call tokens; over all tokens when there is no call.
-    last_p_decode_ = r.n_call ? std::exp(r.logp_call / r.n_call)
-                              : (r.generated ? std::exp(r.logp_all / r.generated) : 0.0);
-    last_p_head_ = -1.0;  // the confidence head is not wired yet (needle_state_confidence)
-    e.confidence = combine_confidence(last_p_head_, last_p_decode_);
+    stats_.p_decode = r.n_call ? std::exp(r.logp_call / r.n_call)
+                               : (r.generated ? std::exp(r.logp_all / r.generated) : 0.0);
+    stats_.p_head = -1.0;  // the confidence head is not wired yet (needle_state_confidence)
+    e.confidence = combine_confidence(stats_.p_head, stats_.p_decode);
     if (stop == Stop::Internal) return set_failure(e, "internal", r.internal);
     if (opt_.tool_choice == ToolChoice::None) {  // no call possible: the loop is finished
         e.respond = true;
