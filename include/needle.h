@@ -343,6 +343,40 @@ NEEDLE_API needle_status needle_generate(needle_state *state, needle_batch *batc
                                          needle_token_callback callback, void *user_data,
                                          needle_generate_result *result);
 
+/* ---------------------------------------------------------------- probe heads and state persistence (issue 9) */
+
+/** Confidence head (model-v2.md §7.3 code 2; Needle 3: model-v3.md §2.4): writes
+ *  *probability = σ(head logit) over every position the state has been fed (PAD excluded),
+ *  pooled while the positions were fed, with the state's own attention (window) as head window.
+ *  Returns INVALID_ARGUMENT (NULL argument, or nothing fed yet); UNSUPPORTED (the model has no
+ *  confidence head). Allocates nothing. */
+NEEDLE_API needle_status needle_state_confidence(const needle_state *state, float *probability);
+
+/** Contrastive head (model-v2.md §7.3 code 1): the unit embedding [dim] of every position the
+ *  state has been fed, written to out[0..dim) (dim 128 for needle2); *dim is set whenever the
+ *  model has the head. Similarity of two embeddings is their dot product.
+ *  Returns INVALID_ARGUMENT (NULL state or dim, NULL out with out_len > 0, nothing fed yet);
+ *  BUFFER_TOO_SMALL (out_len < dim: nothing written to out); UNSUPPORTED (no contrastive head). */
+NEEDLE_API needle_status needle_state_embedding(const needle_state *state, float *out, size_t out_len,
+                                                size_t *dim);
+
+/** Makes dst continue exactly as src would (position, KV cache, Engram history, head pooling).
+ *  Both states must come from the same model handle's model with equal options (kv_window,
+ *  kv_type). Allocates nothing. Returns INVALID_ARGUMENT (NULL, different model or options). */
+NEEDLE_API needle_status needle_state_copy(needle_state *dst, const needle_state *src);
+
+/** Serialises the state into buf[cap]: a versioned, checksummed blob tied to the model file's
+ *  fingerprint and the state's options; only the memory the position uses is stored (bytes grow
+ *  with the position up to the KV window). *len is set to the blob size in every case but a NULL
+ *  argument. Returns INVALID_ARGUMENT (NULL state or len, NULL buf with cap > 0);
+ *  BUFFER_TOO_SMALL (cap < *len: nothing written). */
+NEEDLE_API needle_status needle_state_save(const needle_state *state, void *buf, size_t cap, size_t *len);
+
+/** Replaces the state's contents with a blob of needle_state_save. The whole blob is checked
+ *  first: FORMAT (damaged, truncated, another version, another model file or other options;
+ *  the state is unchanged); INVALID_ARGUMENT (NULL state, NULL buf with len > 0). */
+NEEDLE_API needle_status needle_state_load(needle_state *state, const void *buf, size_t len);
+
 /* ---------------------------------------------------------------- tool-calling chat (issue 9) */
 
 /* One tool-calling conversation (shared/spec/tool-calling.md): a model, the system facts, the

@@ -283,10 +283,11 @@ TEST_CASE("chat grammar: token masks match accept, are never empty, and end at <
 }
 
 TEST_CASE("chat grammar: post-decode checks (pattern, format, multipleOf, uniqueItems)") {
-    const auto c = compile(tool(obj(R"({"code":{"type":"string","pattern":"^[A-Z]{3}$"},"day":{"type":"string","format":"date"},"mail":{"type":"string","format":"email"},"amount":{"type":"number","multipleOf":0.01},"n":{"type":"integer","multipleOf":5},"tags":{"type":"array","uniqueItems":true}})")));
+    const auto c = compile(tool(obj(R"({"code":{"type":"string","pattern":"^(?=E)[A-Z]{3}$"},"day":{"type":"string","format":"date"},"mail":{"type":"string","format":"email"},"amount":{"type":"number","multipleOf":0.01},"n":{"type":"integer","multipleOf":5},"tags":{"type":"array","uniqueItems":true}})")));
     const auto check = [&](const std::string &args) { return post_check(*c.g, parse_json(call(args))); };
     CHECK(check(R"({"code":"EUR","day":"2026-12-01","mail":"a@b.io","amount":12.34,"n":15,"tags":["a","b"]})") == "");
-    CHECK(check(R"({"code":"eur"})").find("pattern") != std::string::npos);
+    CHECK(check(R"({"code":"eur"})").find("pattern") != std::string::npos);  // lookahead: checked after decoding
+    CHECK(check(R"({"code":"USD"})").find("pattern") != std::string::npos);
     CHECK(check(R"({"day":"2026-13-01"})").find("date") != std::string::npos);
     CHECK(check(R"({"mail":"nobody"})").find("email") != std::string::npos);
     CHECK(check(R"({"amount":12.345})").find("multiple of 0.01") != std::string::npos);
@@ -294,4 +295,50 @@ TEST_CASE("chat grammar: post-decode checks (pattern, format, multipleOf, unique
     CHECK(check(R"({"tags":[1,"1",1]})").find("unique") != std::string::npos);
     CHECK(check(R"({"tags":[1,"1"]})") == "");
     CHECK(post_check(*c.g, parse_json(R"([{"name":"g","arguments":{}}])")).find("undeclared") != std::string::npos);
+}
+
+TEST_CASE("chat grammar: pattern as an automaton over code points") {
+    const std::string cur = R"({"type":"string","pattern":"^[A-Z]{3}$"})";
+    CHECK(value_ok(cur, "\"EUR\""));
+    CHECK_FALSE(value_ok(cur, "\"eur\""));
+    CHECK_FALSE(value_ok(cur, "\"EU\""));
+    CHECK_FALSE(value_ok(cur, "\"EURO\""));
+    CHECK(value_ok(cur, R"("\u0045UR")"));  // escapes are decoded before the automaton
+    // Unanchored patterns search: anything around the match.
+    const std::string zip = R"({"type":"string","pattern":"\\d{5}"})";
+    CHECK(value_ok(zip, "\"zip 75001, Paris\""));
+    CHECK_FALSE(value_ok(zip, "\"7500\""));
+    const std::string alt = R"({"type":"string","pattern":"^(?:foo|ba[rz]+)(-\\w)?$"})";
+    for (const char *v : {"\"foo\"", "\"barzz\"", "\"foo-x\"", "\"baz-_\""}) CHECK_MESSAGE(value_ok(alt, v), v);
+    for (const char *v : {"\"fo\"", "\"ba\"", "\"foo-\"", "\"foo-xx\"", "\"Foo\""}) CHECK_FALSE_MESSAGE(value_ok(alt, v), v);
+    // '.' is one code point, not one byte; classes hold non-ASCII ranges.
+    const std::string dots = R"({"type":"string","pattern":"^.{2}$"})";
+    CHECK(value_ok(dots, "\"\xC3\xA9\xF0\x9F\x98\x80\""));
+    CHECK_FALSE(value_ok(dots, "\"\xC3\xA9\""));
+    CHECK_FALSE(value_ok(dots, "\"a\\n\""));  // '.' excludes line terminators
+    const std::string greek = R"({"type":"string","pattern":"^[\u03b1-\u03c9]+$"})";
+    CHECK(value_ok(greek, "\"\xCE\xB1\xCE\xB2\""));
+    CHECK(value_ok(greek, R"("\u03b1")"));
+    CHECK_FALSE(value_ok(greek, "\"a\""));
+    // Pattern and maxLength together: only values that fit both.
+    const std::string both = R"({"type":"string","pattern":"^a+b$","maxLength":3})";
+    CHECK(value_ok(both, "\"aab\""));
+    CHECK_FALSE(value_ok(both, "\"aaab\""));
+    // The mask never leads into a dead end: after "aa", only 'a'... 'b' survive, and the
+    // 3rd code point must be 'b'.
+    const auto c = compile(tool(obj(R"({"v":)" + both + "}")));
+    GrammarMatcher m(c.g, tokens());
+    REQUIRE(m.accept_bytes(R"([{"name":"f","arguments":{"v":"aa)"));
+    CHECK_FALSE(m.accept_bytes("a"));
+    CHECK_FALSE(m.accept_bytes("\""));
+    CHECK_FALSE(m.accept_bytes("\xC3"));  // no 2-byte code point can continue
+    CHECK(m.accept_bytes("b\"}}]"));
+    // A pattern no string matches within maxLength makes a required key's tool unreachable.
+    CHECK_FALSE(accepts(compile(tool(obj(R"({"v":{"type":"string","pattern":"^abcd$","maxLength":3}})", R"(["v"])"))),
+                        call(R"({"v":"abc"})")));
+    // Outside the subset: free in the grammar, checked after decoding.
+    CHECK(value_ok(R"({"type":"string","pattern":"^(a)\\1$"})", "\"xy\""));
+    PatternDfa d;
+    for (const char *p : {"(a)\\1", "(?=a)", "a\\b", "^a|b$", "a^b", "\\p{L}", "[a", "a{2,1}b"}) CHECK_FALSE_MESSAGE(compile_pattern(p, d), std::string(p));
+    for (const char *p : {"", "^$", "a{2,}", "[^\\d\\s]", "x{3", "[]a]", "\\u00e9|\\x41", "(?:a|)*b"}) CHECK_MESSAGE(compile_pattern(p, d), std::string(p));
 }

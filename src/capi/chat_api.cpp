@@ -15,7 +15,7 @@
 #include "needle.h"
 
 using needle::Error;
-using needle::capi::set_error;
+using needle::capi::set_last_error;
 
 struct needle_chat {
     std::shared_ptr<const needle::Model> model;
@@ -26,7 +26,7 @@ namespace {
 
 needle_status errorf(needle_status code, const char *fn, const std::string &msg) {
     const std::string m = std::string(fn) + ": " + msg;
-    return set_error(code, m.c_str());
+    return set_last_error(code, m.c_str());
 }
 
 template <class F>

@@ -11,31 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "capi/handles.h"
 #include "core/arena_pool.h"
 #include "core/error.h"
 #include "generate/generate.h"
 #include "kernels/kernels.h"
-#include "capi/handles.h"
 #include "model/model.h"
 #include "needle.h"
 
 using needle::Error;
-
-struct needle_state {
-    std::shared_ptr<const needle::Model> model;
-    std::unique_ptr<needle::Sequence> seq;
-    std::unique_ptr<needle::Workspace> step;  // scratch of one decode step
-    std::unique_ptr<needle::Generator> gen;
-    // Set while needle_generate runs on this state: calls on it from the token callback are
-    // refused (busy_error), and a needle_state_free from there is carried out when it returns.
-    bool busy = false;
-    bool free_pending = false;
-};
-
-struct needle_batch {
-    std::shared_ptr<const needle::Model> model;
-    std::unique_ptr<needle::Workspace> ws;
-};
 
 namespace {
 
@@ -128,7 +112,7 @@ needle_status load_common(const char *fn, const needle_model_params *p, needle_m
 
 }  // namespace
 
-needle_status needle::capi::set_error(needle_status code, const char *msg) { return ::set_error(code, msg); }
+needle_status needle::capi::set_last_error(needle_status code, const char *msg) { return set_error(code, msg); }
 
 extern "C" {
 

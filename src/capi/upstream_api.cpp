@@ -24,7 +24,7 @@ Global &global() {
 
 int neg(needle_status st) { return st == NEEDLE_OK ? 0 : -int(st); }
 
-int fail(needle_status st, const char *msg) { return neg(needle::capi::set_error(st, msg)); }
+int fail(needle_status st, const char *msg) { return neg(needle::capi::set_last_error(st, msg)); }
 
 }  // namespace
 

@@ -137,7 +137,16 @@ public:
         n.max_count = count_kw(s, "maxLength", UINT32_MAX);
         if (const JsonValue *p = member(s, "pattern"); p && p->kind == JsonValue::Kind::String) n.pattern = p->text;
         if (const JsonValue *f = member(s, "format"); f && f->kind == JsonValue::Kind::String) n.format = f->text;
-        const bool ok = n.min_count <= n.max_count;
+        bool ok = n.min_count <= n.max_count;
+        // [C] The pattern becomes part of the grammar when it is in the subset and no minLength
+        // applies (min length and pattern together could leave dead ends); else post_check.
+        PatternDfa dfa;
+        if (!n.pattern.empty() && n.min_count == 0 && compile_pattern(n.pattern, dfa)) {
+            const uint32_t d0 = dfa.mindist[dfa.start];
+            ok = ok && d0 != UINT32_MAX && d0 <= n.max_count;
+            n.dfa = uint32_t(g_.dfas_.size());
+            g_.dfas_.push_back(std::move(dfa));
+        }
         return add(std::move(n), ok);
     }
 
@@ -265,6 +274,8 @@ std::shared_ptr<const Grammar> Grammar::compile(const std::vector<const JsonValu
     Node root;
     root.kind = Kind::Calls;
     root.single = g->tool_names_.size() == 1;
+    // [C] tool_choice required with no reachable tool: "[]" stays (else no payload could close).
+    root.require_call = opt.require_call && !g->tool_names_.empty();
     root.keys = c.litset(std::move(calls));
     g->root_ = c.add(std::move(root), true);
     return g;
@@ -339,7 +350,7 @@ std::string check(const Grammar &g, uint32_t ni, const JsonValue &v, const std::
             return "";
         case Kind::String:
             if (v.kind != K::String) return "";
-            if (!n.pattern.empty()) {
+            if (!n.pattern.empty() && n.dfa == kNone) {
                 // Fallback for the pattern (§6.4): ECMAScript search over the UTF-8 bytes.
                 try {
                     const std::regex re(n.pattern, std::regex::ECMAScript);

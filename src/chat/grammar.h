@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/grammar_regex.h"
 #include "chat/json.h"
 #include "tokenizer/tokenizer.h"
 
@@ -58,6 +59,7 @@ private:
 
 struct GrammarOptions {
     bool require_required = true;  // §6.4: '}' only once every required key appeared
+    bool require_call = false;     // tool_choice "required": the refusal "[]" is not offered
 };
 
 namespace gram {
@@ -83,8 +85,10 @@ struct Node {
     bool lo_inc = true, hi_inc = true;
     uint32_t by_class[kClasses] = {kNone, kNone, kNone, kNone, kNone, kNone};  // Union
     bool single = false;                    // Calls: one tool -> at most one call
+    bool require_call = false;              // Calls: no "[]"
     // Post-decode checks (§6.4): pattern fallback, format, multipleOf, uniqueItems.
     std::string pattern, format;
+    uint32_t dfa = kNone;                   // String: pattern compiled into the grammar (else post_check)
     double multiple_of = 0;
     bool unique = false;
 };
@@ -103,6 +107,7 @@ public:
     // Internal (matcher, post_check).
     std::vector<gram::Node> nodes_;
     std::vector<gram::Lit> lits_;
+    std::vector<PatternDfa> dfas_;
     std::vector<std::string> tool_names_;   // grammar tools (payload of the call literal)
     std::vector<uint32_t> tool_params_;     // their arguments node
     uint32_t root_ = 0, any_ = 0;

@@ -193,46 +193,91 @@ int hexval(uint8_t c) {
     return -1;
 }
 
-R feed_string(const Node &n, Frame &f, uint8_t c) {
+// Pattern automaton of a string frame: state in bits[0..16), a partial code point in bits[32..64).
+uint16_t dfa_q(const Frame &f) { return uint16_t(f.bits & 0xFFFF); }
+uint32_t partial(const Frame &f) { return uint32_t(f.bits >> 32); }
+void set_partial(Frame &f, uint32_t cp) { f.bits = (f.bits & 0xFFFF) | uint64_t(cp) << 32; }
+// Some code point in [lo, hi] keeps the pattern (and maxLength) satisfiable.
+bool cp_range_ok(const Node &n, const PatternDfa *d, const Frame &f, uint32_t lo, uint32_t hi) {
+    return !d || d->any_live(dfa_q(f), lo, hi, n.max_count - f.a);
+}
+// A complete code point: count it and move the pattern automaton.
+R take_cp(const Node &n, const PatternDfa *d, Frame &f, uint32_t cp) {
+    if (d) {
+        if (!cp_range_ok(n, d, f, cp, cp)) return kReject;
+        f.bits = d->next[size_t(dfa_q(f)) * d->classes() + d->class_of(cp)];
+    }
+    ++f.a, f.phase = 1;
+    return kConsumed;
+}
+// BMP escapes \uXXXX with a pattern: [lo, hi] minus the surrogates (none allowed there).
+bool bmp_ok(const Node &n, const PatternDfa *d, const Frame &f, uint32_t lo, uint32_t hi) {
+    return cp_range_ok(n, d, f, lo, std::min<uint32_t>(hi, 0xD7FF)) || cp_range_ok(n, d, f, std::max<uint32_t>(lo, 0xE000), hi);
+}
+
+R feed_string(const Node &n, const PatternDfa *d, Frame &f, uint8_t c) {
     switch (f.phase) {
         case 0:
             if (c != '"') return kReject;
             f.phase = 1;
+            f.bits = d ? d->start : 0;
             return kConsumed;
         case 1:
-            if (c == '"') return f.a >= n.min_count ? kDone : kReject;
+            if (c == '"') return f.a >= n.min_count && (!d || d->accept[dfa_q(f)]) ? kDone : kReject;
             if (f.a >= n.max_count || c < 0x20) return kReject;
-            if (c == '\\') { f.phase = 2; return kConsumed; }
-            if (c < 0x80) { ++f.a; return kConsumed; }
+            if (c == '\\') {
+                if (!bmp_ok(n, d, f, 0, 0xFFFF)) return kReject;
+                f.phase = 2;
+                return kConsumed;
+            }
+            if (c < 0x80) return take_cp(n, d, f, c);
             {
-                uint32_t lo = 0x80, hi = 0xBF;
-                if (c >= 0xC2 && c <= 0xDF) f.k = 1;
-                else if (c >= 0xE0 && c <= 0xEF) f.k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-                else if (c >= 0xF0 && c <= 0xF4) f.k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+                uint32_t lo = 0x80, hi = 0xBF, cp;
+                if (c >= 0xC2 && c <= 0xDF) f.k = 1, cp = c & 0x1F;
+                else if (c >= 0xE0 && c <= 0xEF) f.k = 2, cp = c & 0x0F, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+                else if (c >= 0xF0 && c <= 0xF4) f.k = 3, cp = c & 0x07, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
                 else return kReject;
+                const uint32_t sh = 6 * f.k;
+                if (d && !cp_range_ok(n, d, f, std::max(cp << sh | (lo & 0x3F) << (sh - 6), uint32_t(f.k == 1 ? 0x80 : f.k == 2 ? 0x800 : 0x10000)),
+                                      std::min((cp << sh | (hi & 0x3F) << (sh - 6)) + (1u << (sh - 6)) - 1, 0x10FFFFu)))
+                    return kReject;
                 f.b = lo | hi << 8;
+                set_partial(f, cp);
                 f.phase = 7;
                 return kConsumed;
             }
-        case 7:  // UTF-8 continuation bytes (validated byte by byte, §6.5)
+        case 7: {  // UTF-8 continuation bytes (validated byte by byte, §6.5)
             if (c < (f.b & 0xFF) || c > (f.b >> 8)) return kReject;
+            const uint32_t cp = partial(f) << 6 | (c & 0x3F);
+            if (f.k == 1) return take_cp(n, d, f, cp);
+            const uint32_t sh = 6 * (f.k - 1u);
+            if (d && !cp_range_ok(n, d, f, cp << sh, (cp << sh) + (1u << sh) - 1)) return kReject;
             f.b = 0x80 | 0xBF << 8;
-            if (--f.k == 0) ++f.a, f.phase = 1;
+            set_partial(f, cp);
+            --f.k;
             return kConsumed;
-        case 2:
+        }
+        case 2: {
             if (c == 'u') { f.phase = 3, f.k = 0, f.b = 0; return kConsumed; }
-            if (!std::strchr("\"\\/bfnrt", c) || c == 0) return kReject;
-            ++f.a, f.phase = 1;
-            return kConsumed;
+            static const char esc[] = "\"\\/bfnrt";
+            static const uint8_t val[] = {'"', '\\', '/', 8, 12, 10, 13, 9};
+            const char *e = c ? std::strchr(esc, c) : nullptr;
+            if (!e) return kReject;
+            return take_cp(n, d, f, val[e - esc]);
+        }
         case 3: {  // \uXXXX; [C] a low surrogate must follow a high one (no lone surrogates)
             const int h = hexval(c);
             if (h < 0) return kReject;
-            if (f.k == 1 && f.b == 0xD && h >= 0xC) return kReject;
-            f.b = f.b << 4 | uint32_t(h);
+            const uint32_t v = f.b << 4 | uint32_t(h), rest = 4 * (3u - f.k);
+            if (d) {  // with a pattern: BMP only, each digit keeps some code point alive
+                if (!bmp_ok(n, d, f, v << rest, (v << rest) + (1u << rest) - 1)) return kReject;
+            } else if (f.k == 1 && f.b == 0xD && h >= 0xC) {
+                return kReject;
+            }
+            f.b = v;
             if (++f.k < 4) return kConsumed;
-            if (f.b >= 0xD800 && f.b <= 0xDBFF) f.phase = 4;
-            else ++f.a, f.phase = 1;
-            return kConsumed;
+            if (f.b >= 0xD800 && f.b <= 0xDBFF) { f.phase = 4; return kConsumed; }
+            return take_cp(n, d, f, f.b);
         }
         case 4:
             if (c != '\\') return kReject;
@@ -362,7 +407,7 @@ R feed(const Grammar &g, State &s, Frame &f, uint8_t c) {
     const uint64_t all = n.props.size() >= 64 ? ~uint64_t(0) : (uint64_t(1) << n.props.size()) - 1;
     switch (n.kind) {
         case Kind::LitSet: return feed_litset(g, s, f, c);
-        case Kind::String: return feed_string(n, f, c);
+        case Kind::String: return feed_string(n, n.dfa == kNone ? nullptr : &g.dfas_[n.dfa], f, c);
         case Kind::Number: return feed_number(n, f, c);
         case Kind::Any:
         case Kind::Union: {
@@ -386,7 +431,11 @@ R feed(const Grammar &g, State &s, Frame &f, uint8_t c) {
                 case 0: if (c != '[') return kReject; f.phase = 1; return kConsumed;
                 case 1:
                 case 5:
-                    if (c == ']') { s.complete = true, f.phase = 9; return kConsumed; }
+                    if (c == ']') {
+                        if (f.phase == 1 && n.require_call) return kReject;
+                        s.complete = true, f.phase = 9;
+                        return kConsumed;
+                    }
                     if (f.phase == 1 && c == '{') break;
                     if (f.phase == 5 && c == ',' && !n.single) { f.phase = 6; return kConsumed; }
                     return kReject;
@@ -555,7 +604,7 @@ size_t GrammarMatcher::fill_mask(uint64_t *mask) {
     // only the other tokens are walked. (A pattern is checked after decoding, §6.4.)
     const Frame &top = cur.f[cur.depth - 1];
     const Node &tn = g_->nodes_[top.node];
-    if (tn.kind == Kind::String && top.phase == 1) {
+    if (tn.kind == Kind::String && top.phase == 1 && tn.dfa == kNone) {
         const uint32_t room = tn.max_count - top.a;
         const uint64_t *plain = tok_.plain_upto(std::min(room, TokenBytes::kPlainMax));
         for (uint32_t w = 0; w < W; ++w) mask[w] = plain[w];
