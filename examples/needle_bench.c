@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "needle.h"
+#include "needle_bench_chat.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -63,7 +64,9 @@ static uint32_t argmax(const float *v, uint32_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
-               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--json]\n");
+               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--json] [--chat]\n"
+               "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools, the grammar's\n"
+               "          cost per call token next to the decode step's\n");
 }
 
 /* One child run of this program under NEEDLE_FORCE_ISA=isa with --json; its JSON line in out.
@@ -145,11 +148,12 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     long prompt_n = 512, decode_n = 128, threads = 0, chunk = 32, runs = 3;  /* chunk: needle.h */
     long depth = 0, max_tokens = -1;  /* -1: prompt + decode tokens */
-    int json = 0;
+    int json = 0, chat = 0;
     const char *kv = "f32", *isa = NULL;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--chat")) { chat = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         if (i + 1 >= argc) { fprintf(stderr, "needle-bench: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--model")) path = argv[++i];
@@ -187,6 +191,12 @@ int main(int argc, char **argv) {
         load[r] = now_ms() - t0;
         if (st != NEEDLE_OK) return die(path, st);
         model = m;
+    }
+    if (chat) {
+        const int rc = bench_chat(model, (int)runs, json);
+        needle_model_free(model);
+        free(load), free(pre), free(dec);
+        return rc;
     }
     needle_model_info info;
     memset(&info, 0, sizeof info);
