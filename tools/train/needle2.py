@@ -214,14 +214,16 @@ class Needle2(nn.Module):
         z = F.silu(self.p("layer%02d.d2" % l) * z) @ self.had
         return (self.p("layer%02d.d3" % l) * z)[..., :D]
 
-    def rope(self, x, S):
-        """x [B, S, heads, hd] at positions 0..S-1; pairs (i, i + hd/2) (§2.1)."""
-        half = x.shape[-1] // 2
-        c, s = self.cos[:S, None, :], self.sin[:S, None, :]
+    def rope(self, x, pos0):
+        """x [B, S, heads, hd] at positions pos0..pos0+S-1; pairs (i, i + hd/2) (§2.1)."""
+        S, half = x.shape[1], x.shape[-1] // 2
+        c, s = self.cos[pos0:pos0 + S, None, :], self.sin[pos0:pos0 + S, None, :]
         a, b = x[..., :half], x[..., half:]
         return torch.cat([a * c - b * s, b * c + a * s], -1)
 
-    def attention(self, bx, l, mask):
+    def attention(self, bx, l, pos0, prev, W):
+        """Attention sub-block (§5.5) for positions pos0.. of bx [B, S, D]; prev = (k, v) of
+        positions 0..pos0-1 (batch 1 or B) or None. Returns x1 and this segment's (k, v)."""
         g, pre = self.g, "layer%02d." % l
         B, S, _ = bx.shape
         H, K, hd = g.num_heads, g.num_kv_heads, g.head_dim
@@ -230,8 +232,17 @@ class Needle2(nn.Module):
         k = (hA @ self.p(pre + "k_proj").t()).view(B, S, K, hd)
         v = (hA @ self.p(pre + "v_proj").t()).view(B, S, K, hd)
         gl = hA @ self.p(pre + "gate_proj").t()
-        q = self.rope(zcrms(q, self.p(pre + "q_norm")), S)
-        k = self.rope(zcrms(k, self.p(pre + "k_norm")), S)
+        q = self.rope(zcrms(q, self.p(pre + "q_norm")), pos0)
+        k = self.rope(zcrms(k, self.p(pre + "k_norm")), pos0)
+        own = (k, v)
+        if prev is not None:
+            k = torch.cat([prev[0].expand(B, -1, -1, -1), k], 1)
+            v = torch.cat([prev[1].expand(B, -1, -1, -1), v], 1)
+        qp = torch.arange(pos0, pos0 + S)[:, None]
+        kp = torch.arange(pos0 + S - k.shape[1], pos0 + S)[None, :]
+        mask = kp <= qp
+        if W > 0:
+            mask = mask & (qp - kp < W)
         rep = H // K  # query heads r -> KV head r // rep
         k = k.repeat_interleave(rep, dim=2)
         v = v.repeat_interleave(rep, dim=2)
@@ -239,68 +250,86 @@ class Needle2(nn.Module):
         s = s.masked_fill(~mask, float("-inf"))
         o = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v).reshape(B, S, H * hd)
         att = (o * torch.sigmoid(gl)) @ self.p(pre + "out_proj").t()
-        return bx + torch.sigmoid(self.p(pre + "attn_gate")) * zcrms(att, self.p(pre + "post_norm"))
+        x1 = bx + torch.sigmoid(self.p(pre + "attn_gate")) * zcrms(att, self.p(pre + "post_norm"))
+        return x1, own
 
-    def engram(self, tokens):
-        """Per site: keys ek and convolved values ev, [B, S, D] each (model-v2.md §3 step 3)."""
+    def engram(self, tokens, pos0):
+        """Per site: keys ek and convolved values ev for positions pos0.. of the full token
+        rows `tokens` [B, S] (model-v2.md §3 step 3), [B, S - pos0, D] each."""
         g = self.g
         idx, valid = engram_indices(tokens, g)
         B, S = tokens.shape
         dil = max(g.engram_orders)
+        lo = max(0, pos0 - dil * (g.engram_conv_taps - 1))  # earliest position a tap reads
+        idx, valid = idx[:, lo:], valid[lo:]
         out = []
         for s in range(len(g.engram_sites)):
             pre = "engram%d." % s
-            f = self.p(pre + "tables")[idx] * valid[None, :, :, None].float()  # [B,S,T,sub]
-            f = f.reshape(B, S, -1)
+            f = self.p(pre + "tables")[idx] * valid[None, :, :, None].float()  # [B,S',T,sub]
+            f = f.reshape(B, S - lo, -1)
             ek = f @ self.p(pre + "key_proj").t()
             vraw = f @ self.p(pre + "value_proj").t()
             taps = self.p(pre + "taps")
             ev = 0
             for j in range(g.engram_conv_taps):
-                shifted = F.pad(vraw, (0, 0, j * dil, 0))[:, :S]  # vraw(p - j*dil), 0 if < 0
+                shifted = F.pad(vraw, (0, 0, j * dil, 0))[:, :S - lo]  # vraw(p - j*dil)
                 ev = ev + taps[j] * shifted
-            out.append((ek, ev))
+            out.append((ek[:, pos0 - lo:], ev[:, pos0 - lo:]))
         return out
 
-    def forward(self, tokens, window=None):
-        """tokens int64 [B, S] (positions 0..S-1) -> logits [B, S, V]. window: None = the
-        header's effective window, 0 = full causal."""
+    def layer(self, X, l, eng, pos0, prev, W):
+        """One layer (§5.1-5.9) on lanes X [B, S, n, D] at positions pos0..; returns the new
+        lanes and this segment's (k, v)."""
         g = self.g
-        B, S = tokens.shape
-        D, n, L = g.d_model, g.mhc_lanes, g.num_layers
+        B, S, n, D = X.shape
+        lane = torch.arange(n)
+        xh = rms_unit(X.reshape(B, S, n * D))
+        a = xh @ self.p("mhc_phi_pre")[l * n:(l + 1) * n].t()
+        off_pre = torch.where(lane == l % n, 4.0, -4.0)
+        hpre = torch.sigmoid(self.p("mhc_a_pre")[l] * a + self.p("mhc_b_pre")[l] + off_pre)
+        u = (hpre[..., None] * X).sum(2)
+        bx = u
+        if l in g.engram_sites:
+            ek, ev = eng[g.engram_sites.index(l)]
+            alpha = torch.sigmoid((rms_unit(u) * rms_unit(ek)).sum(-1, keepdim=True)
+                                  / np.float32(math.sqrt(D)))
+            bx = u + alpha * ev
+        x1, kv = self.attention(bx, l, pos0, prev, W)
+        x2 = x1 + self.hmlp(zcrms(x1, self.p("layer%02d.pre_hada" % l)), l)
+        y = x2 - u  # not bx: the Engram term stays in y (§10 item 1)
+        b = xh @ self.p("mhc_phi_post")[l * n:(l + 1) * n].t()
+        off_post = torch.where(lane == l % n, 0.0, -4.0)
+        hpost = 2 * torch.sigmoid(self.p("mhc_a_post")[l] * b + self.p("mhc_b_post")[l] + off_post)
+        rv = xh @ self.p("mhc_phi_res")[l * n * n:(l + 1) * n * n].t()
+        M = self.p("mhc_a_res")[l] * rv.view(B, S, n, n) + self.p("mhc_b_res")[l]
+        P = sinkhorn(M)
+        X = torch.einsum("bsij,bsjd->bsid", P, X) + hpost[..., None] * y[:, :, None, :]
+        return X, kv
+
+    def hidden(self, tokens, window=None, prefix=0):
+        """Final-normed hidden states [B, S - prefix, D] of positions prefix.. .
+
+        tokens int64 [B, S] from position 0. prefix > 0 says every row shares its first
+        `prefix` tokens (the prompt's tools block): they run once, as a batch of 1, and the
+        rows attend to their keys (the same numbers as running every row in full)."""
+        g = self.g
+        D, n = g.d_model, g.mhc_lanes
         W = g.window() if window is None else window
-        qp = torch.arange(S)[:, None]
-        kp = torch.arange(S)[None, :]
-        mask = kp <= qp
-        if W > 0:
-            mask = mask & (qp - kp < W)
-        emb = self.p("embedding")
-        e0 = emb[tokens] * np.float32(math.sqrt(D))
-        eng = self.engram(tokens) if g.engram_sites else []
-        site_of = {layer: s for s, layer in enumerate(g.engram_sites)}
-        X = e0[:, :, None, :].expand(B, S, n, D)
-        eye_off = torch.arange(n)
-        for l in range(L):
-            xh = rms_unit(X.reshape(B, S, n * D))
-            a = xh @ self.p("mhc_phi_pre")[l * n:(l + 1) * n].t()
-            off_pre = torch.where(eye_off == l % n, 4.0, -4.0)
-            hpre = torch.sigmoid(self.p("mhc_a_pre")[l] * a + self.p("mhc_b_pre")[l] + off_pre)
-            u = (hpre[..., None] * X).sum(2)
-            bx = u
-            if l in site_of:
-                ek, ev = eng[site_of[l]]
-                alpha = torch.sigmoid((rms_unit(u) * rms_unit(ek)).sum(-1, keepdim=True)
-                                      / np.float32(math.sqrt(D)))
-                bx = u + alpha * ev
-            x1 = self.attention(bx, l, mask)
-            x2 = x1 + self.hmlp(zcrms(x1, self.p("layer%02d.pre_hada" % l)), l)
-            y = x2 - u
-            b = xh @ self.p("mhc_phi_post")[l * n:(l + 1) * n].t()
-            off_post = torch.where(eye_off == l % n, 0.0, -4.0)
-            hpost = 2 * torch.sigmoid(self.p("mhc_a_post")[l] * b + self.p("mhc_b_post")[l] + off_post)
-            rv = xh @ self.p("mhc_phi_res")[l * n * n:(l + 1) * n * n].t()
-            M = self.p("mhc_a_res")[l] * rv.view(B, S, n, n) + self.p("mhc_b_res")[l]
-            P = sinkhorn(M)
-            X = torch.einsum("bsij,bsjd->bsid", P, X) + hpost[..., None] * y[:, :, None, :]
-        hf = zcrms(X.mean(2), self.p("final_norm"))
-        return hf @ emb.t()
+        segments = [(tokens[:1, :prefix], 0), (tokens[:, prefix:], prefix)] if prefix else \
+            [(tokens, 0)]
+        prev = [None] * g.num_layers
+        for seg, pos0 in segments:
+            B, S = seg.shape
+            e0 = self.p("embedding")[seg] * np.float32(math.sqrt(D))
+            eng = self.engram(tokens[:B, :pos0 + S], pos0) if g.engram_sites else []
+            X = e0[:, :, None, :].expand(B, S, n, D)
+            for l in range(g.num_layers):
+                X, kv = self.layer(X, l, eng, pos0, prev[l], W)
+                if pos0 == 0:
+                    prev[l] = kv  # the shared prefix's keys for the rows' segment
+        return zcrms(X.mean(2), self.p("final_norm"))
+
+    def forward(self, tokens, window=None, prefix=0):
+        """tokens int64 [B, S] (positions 0..S-1) -> logits [B, S - prefix, V]. window: None
+        = the header's effective window, 0 = full causal."""
+        return self.hidden(tokens, window, prefix) @ self.p("embedding").t()
