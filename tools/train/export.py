@@ -141,6 +141,7 @@ def main():
     ap.add_argument("--loss-budget", type=float, default=0.05)
     ap.add_argument("--engine", action="store_true")
     ap.add_argument("--fixed-bits", type=int, default=0, help="skip the search: all CQ at B")
+    ap.add_argument("--tol", type=float, default=1e-4, help="engine parity bound (exit 1)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     import sentencepiece as spm
@@ -178,7 +179,10 @@ def main():
         worst, tok_ok = engine_check(args.out, sp, model, prompts)
         print("engine vs dequantised PyTorch: max |logit diff| %.3e over %d prompts x 9 steps; "
               "tokenizer agrees: %s" % (worst, len(prompts), tok_ok), flush=True)
+        if worst > args.tol or not tok_ok:
+            return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
