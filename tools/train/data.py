@@ -321,7 +321,7 @@ class Gen:
     def example(self):
         r = self.r.random()
         if r < 0.12:
-            q, calls, kind = self.pick(OFF_TOPIC), [], "off_topic"
+            q, calls, kind = self.pick(split(OFF_TOPIC, self.test)), [], "off_topic"
             q = self.vary(q)
         elif r < 0.24:
             (q1, c1), (q2, c2) = self.single(), self.single()

@@ -176,16 +176,12 @@ class Needle2(nn.Module):
                 leaf = name.split(".")[-1]
                 if kind != "f16":
                     std = 1.0 / math.sqrt(shape[1])
-                    if name == "embedding":
-                        std = 1.0 / math.sqrt(shape[1])
-                    elif leaf == "tables":
+                    if leaf == "tables":
                         std = 0.5
                     elif name.startswith("mhc_phi"):
                         std = 0.1 / math.sqrt(shape[1])
                     prm.copy_(torch.randn(shape, generator=gen) * std)
-                elif leaf in ("d1", "d3"):
-                    prm.copy_(1.0 + 0.02 * torch.randn(shape, generator=gen))
-                elif leaf == "d2":
+                elif leaf in ("d1", "d2", "d3"):  # near-identity diagonals: unit-gain MLP
                     prm.copy_(1.0 + 0.02 * torch.randn(shape, generator=gen))
                 elif leaf == "attn_gate":
                     prm.fill_(0.0)
