@@ -131,6 +131,84 @@ def engine_check(path, sp, model, prompts):
     return worst, tok_ok
 
 
+def schema_valid(calls, tools):
+    """Every call names a declared tool, has its required keys and only declared keys of the
+    declared JSON types (integers within minimum/maximum, strings within an enum)."""
+    by_name = {t["name"]: t["parameters"] for t in tools}
+    types = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+             "boolean": lambda v: isinstance(v, bool), "string": lambda v: isinstance(v, str)}
+    if not isinstance(calls, list):
+        return False
+    for c in calls:
+        if not isinstance(c, dict) or c.get("name") not in by_name:
+            return False
+        args, sch = c.get("arguments"), by_name[c["name"]]
+        if not isinstance(args, dict) or any(k not in args for k in sch.get("required", [])):
+            return False
+        for k, v in args.items():
+            prop = sch["properties"].get(k)
+            if prop is None or not types[prop["type"]](v):
+                return False
+            if "enum" in prop and v not in prop["enum"]:
+                return False
+            if prop["type"] == "integer" and not prop.get("minimum", v) <= v <= prop.get("maximum", v):
+                return False
+    return True
+
+
+def engine_eval(path, ex, tools, max_new=64):
+    """Greedy decoding with the engine (no grammar): exact calls per kind and schema validity.
+    Returns ({kind: share exact}, share schema-valid among outputs that parse, examples)."""
+    sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+    os.environ.setdefault("NEEDLE_LIB", os.path.join(ROOT, "build", "libneedle.so"))
+    import needle
+    per_kind, valid, parsed, shown = {}, 0, 0, []
+    with needle.Model(path) as m, m.new_state() as s:
+        for (full, start), meta in zip(ex.rows, ex.meta):
+            s.reset()
+            logits = np.array(s.prefill(full[:start]), np.float32)
+            out = []
+            for _ in range(max_new):
+                t = int(np.argmax(logits))
+                if t in (1, 5):  # EOS, <|im_end|>
+                    break
+                out.append(t)
+                logits = np.array(s.decode(t), np.float32)
+            text = m.detokenize(out)
+            calls = None
+            if text.startswith("<tool_call>") and text.endswith("</tool_call>"):
+                try:
+                    calls = json.loads(text[len("<tool_call>"):-len("</tool_call>")])
+                except ValueError:
+                    calls = None
+            if calls is not None:
+                parsed += 1
+                valid += schema_valid(calls, tools)
+            ok = calls is not None and json.dumps(calls, sort_keys=True) == \
+                json.dumps(meta["calls"], sort_keys=True)
+            per_kind.setdefault(meta["kind"], []).append(ok)
+            if len(shown) < 10:
+                shown.append((meta["query"], text))
+    acc = {k: sum(v) / len(v) for k, v in per_kind.items()}
+    allv = [x for v in per_kind.values() for x in v]
+    acc["all"] = sum(allv) / len(allv)
+    return acc, valid / max(parsed, 1), shown
+
+
+def write_ref(path, model, sp, prompts):
+    """The trainer's reference for CI: last-position logits of a few prompts (dequantised
+    PyTorch model), ids and argmax."""
+    ref = []
+    for text in prompts:
+        ids = [2] + sp.encode(text)
+        with torch.no_grad():
+            lg = model(torch.tensor([ids], dtype=torch.int64))[0, -1].numpy()
+        ref.append({"text": text, "ids": ids, "argmax": int(np.argmax(lg)),
+                    "logits": [float("%.7g" % v) for v in lg]})
+    with open(path, "w") as f:
+        json.dump({"format": "needle-demo-ref/1", "prompts": ref}, f)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -142,6 +220,8 @@ def main():
     ap.add_argument("--engine", action="store_true")
     ap.add_argument("--fixed-bits", type=int, default=0, help="skip the search: all CQ at B")
     ap.add_argument("--tol", type=float, default=1e-4, help="engine parity bound (exit 1)")
+    ap.add_argument("--engine-eval", type=int, default=0, help="greedy engine accuracy on N")
+    ap.add_argument("--ref", default="", help="write the CI logits reference JSON here")
     args = ap.parse_args()
     torch.set_num_threads(1)
     import sentencepiece as spm
@@ -181,6 +261,18 @@ def main():
               "tokenizer agrees: %s" % (worst, len(prompts), tok_ok), flush=True)
         if worst > args.tol or not tok_ok:
             return 1
+    if args.ref:
+        queries = ["Set a timer for 5 minutes", "turn off the kitchen lights",
+                   "what's the weather in Lisbon?", "tell me a joke"]
+        write_ref(args.ref, model, sp, [data.render_prompt(tools_text, q) for q in queries])
+    if args.engine_eval:
+        ev = train.Examples(os.path.join(args.data, "test.jsonl"), sp, tools_text,
+                            limit=args.engine_eval)
+        acc, valid, shown = engine_eval(args.out, ev, json.load(open(data.TOOLS_PATH)))
+        print("engine greedy (no grammar) on %d held-out: exact %s, schema-valid %.3f" % (
+            len(ev.rows), json.dumps({k: round(v, 3) for k, v in sorted(acc.items())}), valid))
+        for q, text in shown:
+            print("  %-60s -> %s" % (q[:60], text))
     return 0
 
 
