@@ -172,6 +172,33 @@ OFF_TOPIC = ["what's the capital of France?", "tell me a joke", "who won the wor
              "show me my photos", "find a restaurant nearby", "what's the meaning of life"]
 
 
+SYLLABLES = ["ka", "lo", "mi", "ra", "ven", "to", "sha", "dor", "bel", "ni", "qu", "az", "el",
+             "mar", "ti", "os", "ul", "fen", "gra", "po", "zu", "ir", "han", "se", "wy", "cor"]
+FILLER_WORDS = """the a my your our this that new old big small red blue green early late
+today tonight tomorrow now soon again please maybe really very much more some all no yes
+ok fine great good bad home work school car train bus door window table chair book phone
+keys bag coat shoes food coffee tea water milk bread cake dinner lunch breakfast party game
+movie song show call meeting class trip walk run ride is are was be have has need want get
+got bring take send buy make see meet come go leave stay wait call me you us them it there
+here at in on for with from to about after before back up down out over""".split()
+OFF_FRAMES = ["tell me about {w}", "what is {w}", "how do I {v} {w}", "why is {w} {a}",
+              "can you {v} the {w}", "I like {w}", "is {w} {a}", "{v} {w} for me",
+              "do you know any {w}", "what do you think of {w}"]
+OFF_VERBS = ["clean", "fix", "cook", "find", "buy", "sell", "paint", "order", "book", "draw"]
+OFF_NOUNS = ["music", "history", "cats", "the moon", "pasta", "football", "the news", "taxes",
+             "a car", "the garden", "my emails", "a hotel", "the printer", "chess", "poetry"]
+OFF_ADJ = ["good", "expensive", "far", "open", "safe", "popular", "hard"]
+
+
+def synthetic_name(r, words=1):
+    """A made-up proper name (training only): the model must copy names, not recall them."""
+    parts = []
+    for _ in range(words):
+        w = "".join(r.choice(SYLLABLES) for _ in range(r.randint(1, 3)))
+        parts.append(w.capitalize())
+    return " ".join(parts)
+
+
 def split(items, test):
     return [t for i, t in enumerate(items) if (i % 5 == 4) == test]
 
@@ -189,6 +216,34 @@ class Gen:
 
     def pick(self, items):
         return items[self.r.randrange(len(items))]
+
+    # Training draws half its proper names, bodies and labels fresh (made up) so that copying
+    # from the query is the only way to be right; the test set uses only real held-out ones.
+    def city(self):
+        if not self.test and self.r.random() < 0.5:
+            return synthetic_name(self.r, 1 if self.r.random() < 0.8 else 2)
+        return self.pick(self.cities)
+
+    def name(self):
+        if not self.test and self.r.random() < 0.5:
+            return synthetic_name(self.r)
+        return self.pick(self.names)
+
+    def body(self):
+        if not self.test and self.r.random() < 0.5:
+            return " ".join(self.pick(FILLER_WORDS) for _ in range(self.r.randint(2, 6)))
+        return self.pick(self.bodies)
+
+    def label(self):
+        if not self.test and self.r.random() < 0.3:
+            return self.pick(FILLER_WORDS[:60]) + " " + self.pick(["timer", "break", "run"])
+        return self.pick(self.labels)
+
+    def off_topic(self):
+        if not self.test and self.r.random() < 0.5:
+            return self.pick(OFF_FRAMES).replace("{w}", self.pick(OFF_NOUNS)).replace(
+                "{v}", self.pick(OFF_VERBS)).replace("{a}", self.pick(OFF_ADJ))
+        return self.pick(split(OFF_TOPIC, self.test))
 
     def number(self, n):
         """n as digits or words (words up to 99)."""
@@ -254,7 +309,7 @@ class Gen:
     def timer(self):
         if self.r.random() < 0.3:
             t = self.pick(split(TIMER_LABEL, self.test))
-            label = self.pick(self.labels)
+            label = self.label()
             args_label = {"label": label}
         else:
             t, args_label = self.pick(split(TIMER, self.test)), {}
@@ -279,12 +334,12 @@ class Gen:
         return q.replace("{room}", alias), {"name": "set_lights", "arguments": args}
 
     def weather(self):
-        city = self.pick(self.cities)
+        city = self.city()
         q = self.pick(split(WEATHER, self.test)).replace("{city}", city)
         return q, {"name": "get_weather", "arguments": {"city": city}}
 
     def message(self):
-        to, body = self.pick(self.names), self.pick(self.bodies)
+        to, body = self.name(), self.body()
         q = self.pick(split(MESSAGE, self.test)).replace("{to}", to).replace("{body}", body)
         return q, {"name": "send_message", "arguments": {"to": to, "body": body}}
 
@@ -321,7 +376,7 @@ class Gen:
     def example(self):
         r = self.r.random()
         if r < 0.12:
-            q, calls, kind = self.pick(split(OFF_TOPIC, self.test)), [], "off_topic"
+            q, calls, kind = self.off_topic(), [], "off_topic"
             q = self.vary(q)
         elif r < 0.24:
             (q1, c1), (q2, c2) = self.single(), self.single()
