@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
 
     needle_model_params mp;
     needle_model_params_init(&mp);
-    mp.n_threads = (int32_t)threads;
+    mp.n_threads = threads > INT32_MAX ? INT32_MAX : (int32_t)threads;  /* the library clamps it */
     double *load = calloc((size_t)runs, sizeof(double)), *pre = calloc((size_t)runs, sizeof(double)),
            *dec = calloc((size_t)runs, sizeof(double));
     needle_model *model = NULL;
@@ -143,14 +143,20 @@ int main(int argc, char **argv) {
     const double pre_tps = prompt_n / (prefill_ms / 1e3), dec_tps = decode_n ? decode_n / (decode_ms / 1e3) : 0.0;
     const long long rss = (long long)ru.ru_maxrss * 1024;
     if (json) {
-        printf("{\"isa\":\"%s\",\"threads\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
+        /* threads: what ran (needle_model_info.n_threads); isa_requested: NEEDLE_FORCE_ISA, refused
+         * when it differs from isa */
+        printf("{\"isa\":\"%s\",\"isa_requested\":\"%s\",\"threads\":%u,\"threads_requested\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
                "\"prefill_ms\":%.3f,\"prefill_tok_per_s\":%.1f,\"decode_tokens\":%ld,\"decode_ms\":%.3f,"
                "\"decode_tok_per_s\":%.1f,\"peak_rss_bytes\":%lld}\n",
-               needle_kernel_isa(), threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
+               needle_kernel_isa(), needle_kernel_isa_requested(), info.n_threads, threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
                dec_tps, rss);
     } else {
-        printf("model %s (isa %s, threads %ld, chunk %ld, kv %s, runs %ld)\n", path, needle_kernel_isa(), threads,
+        printf("model %s (isa %s, threads %u, chunk %ld, kv %s, runs %ld)\n", path, needle_kernel_isa(), info.n_threads,
                chunk, kv, runs);
+        if (info.n_threads != (unsigned long)threads && threads != 0)
+            printf("threads  %ld requested, clamped to the %u this machine runs\n", threads, info.n_threads);
+        if (*needle_kernel_isa_requested() && strcmp(needle_kernel_isa_requested(), needle_kernel_isa()))
+            printf("isa      NEEDLE_FORCE_ISA=%s refused (unknown or not run here)\n", needle_kernel_isa_requested());
         printf("load     %8.3f ms\n", load_ms);
         printf("prefill  %8.1f ms  %5ld tokens  %8.1f tok/s\n", prefill_ms, prompt_n, pre_tps);
         printf("decode   %8.1f ms  %5ld tokens  %8.1f tok/s\n", decode_ms, decode_n, dec_tps);

@@ -68,8 +68,18 @@ NEEDLE_API int32_t needle_check_abi(uint32_t expected_abi);
 
 /** Instruction set of the kernels in use: "avx512", "avx2", "sse4_2", "neon" or "scalar".
  *  Chosen once per process: the best the CPU runs, or the one named by the environment variable
- *  NEEDLE_FORCE_ISA when that is lower (e.g. NEEDLE_FORCE_ISA=sse4_2). Static text. Any thread. */
+ *  NEEDLE_FORCE_ISA (e.g. NEEDLE_FORCE_ISA=sse4_2) when this build has it and the CPU runs it.
+ *  An unknown or unavailable name is refused without a message: the best ISA runs and this
+ *  function reports it (needle_kernel_isa_requested() shows the refused request). Static text.
+ *  Any thread. */
 NEEDLE_API const char *needle_kernel_isa(void);
+
+/* ---------------------------------------------------------------- hardening (issue 13) */
+
+/** NEEDLE_FORCE_ISA as read when the kernels were chosen: "" when unset or empty, else its value
+ *  (at most 31 bytes). It differs from needle_kernel_isa() exactly when the request was refused
+ *  (unknown name, ISA not built, or not run by this CPU). Static text. Any thread. */
+NEEDLE_API const char *needle_kernel_isa_requested(void);
 
 /* ---------------------------------------------------------------- status */
 
@@ -108,7 +118,12 @@ typedef struct needle_batch needle_batch;
 typedef struct needle_model_params {
     uint32_t struct_size; /* sizeof(needle_model_params), set by needle_model_params_init */
     int32_t use_mmap;     /* 1 (default): map the file read-only; 0: read it into memory */
-    int32_t n_threads;    /* worker threads for this model's kernels; 0 (default) = all cores */
+    int32_t n_threads;    /* worker threads for this model's kernels; 0 (default) = all cores.
+                             Above the cores this process may use (CPU affinity), or above a
+                             host's tbb::global_control::max_allowed_parallelism, it is clamped
+                             to that: needle_model_info.n_threads reports the count used.
+                             A library built with -DNEEDLE_WITH_TBB=OFF runs every state on its
+                             caller's thread: any n_threads >= 0 is accepted and ignored. */
 } needle_model_params;
 
 /** Fills `p` with defaults (use_mmap 1, n_threads 0). NULL is ignored. Any thread. */
@@ -153,6 +168,8 @@ typedef struct needle_model_info {
     uint32_t has_tokenizer;    /* 1 if the container carries a tokenizer */
     uint64_t weight_bytes;     /* bytes of tensor payload (all records but the tokenizer) */
     uint64_t file_bytes;       /* size of the container */
+    uint32_t n_threads;        /* worker threads the model's states run with: params.n_threads,
+                                  0 and counts above the machine's concurrency clamped (issue 13) */
 } needle_model_info;
 
 /** Writes the model's info. Returns NEEDLE_OK, or INVALID_ARGUMENT (NULL arguments or a
@@ -193,10 +210,12 @@ NEEDLE_API void needle_state_params_init(needle_state_params *p);
 NEEDLE_API needle_status needle_state_create_ex(needle_model *model, const needle_state_params *p,
                                                 needle_state **out);
 
-/** Frees a state. NULL is ignored. */
+/** Frees a state. NULL is ignored. Called from the token callback of a needle_generate running
+ *  on this state, the state is freed when that needle_generate returns. */
 NEEDLE_API void needle_state_free(needle_state *state);
 
-/** Rewinds the sequence to position 0 (history cleared). NULL is ignored. */
+/** Rewinds the sequence to position 0 (history cleared). NULL is ignored, and so is a call from
+ *  the token callback of a needle_generate running on this state (see needle_generate). */
 NEEDLE_API void needle_state_reset(needle_state *state);
 
 /** Tokens fed so far (the next position). 0 for NULL. */
@@ -308,6 +327,10 @@ typedef struct needle_generate_result {
  *  already holds (BOS first when at position 0 and add_bos), then generates up to max_tokens,
  *  calling `callback` (may be NULL) per token. Each generated token but the stop token is fed to
  *  the state, so a later call continues the same sequence.
+ *  While it runs the state is busy: from inside the callback, needle_state_decode,
+ *  needle_state_prefill and needle_generate on the same state return INVALID_ARGUMENT ("state is
+ *  busy in needle_generate"), needle_state_reset is ignored and needle_state_free is deferred
+ *  until this call returns. Other states, the model and needle_state_pos may be used.
  *  `batch` (may be NULL) is used for the prompt pass. `params` and `result` may be NULL.
  *  Returns NEEDLE_OK (stopped on EOS, budget or context); NEEDLE_E_CANCELLED (the callback asked
  *  to stop: the state is valid and holds every streamed token); INVALID_ARGUMENT (NULL state,
@@ -319,6 +342,40 @@ NEEDLE_API needle_status needle_generate(needle_state *state, needle_batch *batc
                                          const needle_generate_params *params,
                                          needle_token_callback callback, void *user_data,
                                          needle_generate_result *result);
+
+/* ---------------------------------------------------------------- probe heads and state persistence (issue 9) */
+
+/** Confidence head (model-v2.md §7.3 code 2; Needle 3: model-v3.md §2.4): writes
+ *  *probability = σ(head logit) over every position the state has been fed (PAD excluded),
+ *  pooled while the positions were fed, with the state's own attention (window) as head window.
+ *  Returns INVALID_ARGUMENT (NULL argument, or nothing fed yet); UNSUPPORTED (the model has no
+ *  confidence head). Allocates nothing. */
+NEEDLE_API needle_status needle_state_confidence(const needle_state *state, float *probability);
+
+/** Contrastive head (model-v2.md §7.3 code 1): the unit embedding [dim] of every position the
+ *  state has been fed, written to out[0..dim) (dim 128 for needle2); *dim is set whenever the
+ *  model has the head. Similarity of two embeddings is their dot product.
+ *  Returns INVALID_ARGUMENT (NULL state or dim, NULL out with out_len > 0, nothing fed yet);
+ *  BUFFER_TOO_SMALL (out_len < dim: nothing written to out); UNSUPPORTED (no contrastive head). */
+NEEDLE_API needle_status needle_state_embedding(const needle_state *state, float *out, size_t out_len,
+                                                size_t *dim);
+
+/** Makes dst continue exactly as src would (position, KV cache, Engram history, head pooling).
+ *  Both states must come from the same model handle's model with equal options (kv_window,
+ *  kv_type). Allocates nothing. Returns INVALID_ARGUMENT (NULL, different model or options). */
+NEEDLE_API needle_status needle_state_copy(needle_state *dst, const needle_state *src);
+
+/** Serialises the state into buf[cap]: a versioned, checksummed blob tied to the model file's
+ *  fingerprint and the state's options; only the memory the position uses is stored (bytes grow
+ *  with the position up to the KV window). *len is set to the blob size in every case but a NULL
+ *  argument. Returns INVALID_ARGUMENT (NULL state or len, NULL buf with cap > 0);
+ *  BUFFER_TOO_SMALL (cap < *len: nothing written). */
+NEEDLE_API needle_status needle_state_save(const needle_state *state, void *buf, size_t cap, size_t *len);
+
+/** Replaces the state's contents with a blob of needle_state_save. The whole blob is checked
+ *  first: FORMAT (damaged, truncated, another version, another model file or other options;
+ *  the state is unchanged); INVALID_ARGUMENT (NULL state, NULL buf with len > 0). */
+NEEDLE_API needle_status needle_state_load(needle_state *state, const void *buf, size_t len);
 
 #ifdef __cplusplus
 } /* extern "C" */

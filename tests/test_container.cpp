@@ -338,9 +338,14 @@ TEST_CASE("container: truncated files") {
     auto cut = [&](size_t n) { return Bytes(b.begin(), b.begin() + long(n)); };
     const Outcome none = try_parse(nullptr, 0);
     CHECK(none.code == NEEDLE_E_FORMAT);
-    CHECK(none.msg == "file truncated: 0 bytes, header needs 120");
-    EXPECT_FORMAT(cut(0), "file truncated: 0 bytes, header needs 120");
-    EXPECT_FORMAT(cut(1), "file truncated: 1 bytes, header needs 120");
+    CHECK(none.msg == "not a .cact file (0 bytes)");
+    // Too short for the tag: not a container at all, with the bytes seen (issue 13: these were
+    // "file truncated: N bytes, header needs 120").
+    EXPECT_FORMAT(cut(0), "not a .cact file (0 bytes)");
+    EXPECT_FORMAT(cut(1), "not a .cact file (1 byte: 83)");
+    EXPECT_FORMAT(cut(3), "not a .cact file (3 bytes: 83 2A E1)");
+    // The Needle 2 tag, then too short for the header: a truncated container.
+    EXPECT_FORMAT(cut(4), "file truncated: 4 bytes, header needs 120");
     EXPECT_FORMAT(cut(119), "file truncated: 119 bytes, header needs 120");
     EXPECT_FORMAT(cut(200), "file truncated: 200 bytes, header and codebook need 232");
     EXPECT_FORMAT(cut(232 + 44 * 10 + 7), "file truncated: 679 bytes",
@@ -354,14 +359,21 @@ TEST_CASE("container: truncated files") {
 }
 
 TEST_CASE("container: tags") {
-    EXPECT_FORMAT(with_u32("tiny", 0, 0xDEADBEEFu), "not a .cact file (tag 0xDEADBEEF)");
-    EXPECT_FORMAT(with_u32("tiny", 0, 0x05E12A85u), "not a .cact file (tag 0x05E12A85)");
+    EXPECT_FORMAT(with_u32("tiny", 0, 0xDEADBEEFu), "not a .cact file (first bytes EF BE AD DE, tag 0xDEADBEEF)");
+    EXPECT_FORMAT(with_u32("tiny", 0, 0x05E12A85u), "not a .cact file (first bytes 85 2A E1 05, tag 0x05E12A85)");
+    // Whatever the length, an unknown tag is not a container (issue 13: a 60-byte HTML page was
+    // "file truncated: 60 bytes, header needs 120").
+    const std::string html = "<!DOCTYPE html><html><body>404 Not Found</body></html>\n\n\n\n\n\n";
+    REQUIRE(html.size() == 60);
+    EXPECT_FORMAT(Bytes(html.begin(), html.end()), "not a .cact file (first bytes 3C 21 44 4F, tag 0x4F44213C)");
+    const Bytes zeros(4, 0);
+    EXPECT_FORMAT(zeros, "not a .cact file (first bytes 00 00 00 00, tag 0x00000000)");
     EXPECT_REJECT(with_u32("tiny", 0, 0x05E12A82u), NEEDLE_E_UNSUPPORTED,
                   "unsupported old .cact format 0x05E12A82 (geometry-less)", "re-export");
     EXPECT_REJECT(with_u32("tiny", 0, 0x05E12A84u), NEEDLE_E_UNSUPPORTED,
                   "Needle 3 container (tag 0x05E12A84) is not supported by this build");
     // Byte-swapped v2 tag (a big-endian writer).
-    EXPECT_FORMAT(with_u32("tiny", 0, 0x832AE105u), "not a .cact file (tag 0x832AE105)");
+    EXPECT_FORMAT(with_u32("tiny", 0, 0x832AE105u), "not a .cact file (first bytes 05 E1 2A 83, tag 0x832AE105)");
 }
 
 TEST_CASE("container: header geometry (rules 3-4)") {
@@ -481,7 +493,7 @@ TEST_CASE("container: blob placement (rule 15)") {
     EXPECT_FORMAT(patched("tiny", [](Bytes &b) { b[479990] = 0x80; }),
                   "tensor 82 (tokenizer): padding byte at file offset 479990 before the blob is 0x80");
     EXPECT_FORMAT(patched("tiny", [](Bytes &b) { b.push_back(0); }),
-                  "file has 1 trailing bytes after the last blob (tensor 82 (tokenizer) ends at 491779");
+                  "file has 1 trailing byte after the last blob (tensor 82 (tokenizer) ends at 491779");
 }
 
 TEST_CASE("container: record sizes, CQ fields and the shared group (rules 16-18)") {

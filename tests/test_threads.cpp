@@ -18,7 +18,7 @@
 #include "needle.h"
 
 #if defined(__SANITIZE_THREAD__)
-#include <tbb/global_control.h>
+#include "core/parallel.h"
 #endif
 
 using namespace api_test;
@@ -34,7 +34,7 @@ namespace {
 // threads, handle lifetimes and per-thread errors. The worker split itself is covered by the
 // bit-identical n_threads tests (tests/test_fastpath.cpp). This object lives in the test binary
 // and applies to the whole TSan process.
-const tbb::global_control tsan_no_workers(tbb::global_control::max_allowed_parallelism, 1);
+const needle::ThreadCap tsan_no_workers(1);
 #endif
 
 // Eight prompts of different lengths and content (some share a prefix, one is mostly bytes).

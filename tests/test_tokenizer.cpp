@@ -667,7 +667,7 @@ TEST_CASE("tokenizer: malformed blobs are FORMAT errors with specific messages")
     SUBCASE("trailing bytes") {
         auto b = good.bytes();
         b.push_back(0);
-        CHECK_FORMAT_ERROR(b, n, "1 trailing bytes");
+        CHECK_FORMAT_ERROR(b, n, "1 trailing byte after");  // issue 13: was "1 trailing bytes"
     }
     SUBCASE("bad UTF-8 surface") {
         SynBlob s = good;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "capi/handles.h"
+#include "core/arena_pool.h"
 #include "core/error.h"
 #include "generate/generate.h"
 #include "kernels/kernels.h"
@@ -18,22 +20,6 @@
 #include "needle.h"
 
 using needle::Error;
-
-struct needle_model {
-    std::shared_ptr<const needle::Model> m;
-};
-
-struct needle_state {
-    std::shared_ptr<const needle::Model> model;
-    std::unique_ptr<needle::Sequence> seq;
-    std::unique_ptr<needle::Workspace> step;  // scratch of one decode step
-    std::unique_ptr<needle::Generator> gen;
-};
-
-struct needle_batch {
-    std::shared_ptr<const needle::Model> model;
-    std::unique_ptr<needle::Workspace> ws;
-};
 
 namespace {
 
@@ -86,9 +72,14 @@ needle_status check_feed(const char *fn, const needle_state *s, const uint32_t *
         return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: logits_len %zu < vocab_size %u", fn, logits_len,
                       mi.vocab_size);
     if (n > size_t(mi.max_seq_len - s->seq->pos))
-        return errorf(NEEDLE_E_CONTEXT_FULL, "%s: %zu tokens at position %u would pass max_seq_len %u",
-                      fn, n, s->seq->pos, mi.max_seq_len);
+        return errorf(NEEDLE_E_CONTEXT_FULL, "%s: %zu token%s at position %u would pass max_seq_len %u",
+                      fn, n, needle::plural(n), s->seq->pos, mi.max_seq_len);
     return NEEDLE_OK;
+}
+
+// The refusal of a call on a state whose needle_generate is running (from its own callback).
+needle_status busy_error(const char *fn) {
+    return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: state is busy in needle_generate (called from its token callback)", fn);
 }
 
 template <class T>
@@ -111,7 +102,7 @@ needle_status load_common(const char *fn, const needle_model_params *p, needle_m
     return guarded([&] {
         needle::LoadOptions opt;
         opt.use_mmap = params.use_mmap != 0;
-        opt.n_threads = params.n_threads;
+        opt.n_threads = needle::clamp_threads(params.n_threads);  // never the raw count (needle.h)
         auto h = std::make_unique<needle_model>();
         h->m = needle::load_model(open(opt), opt);
         *out = h.release();
@@ -120,6 +111,8 @@ needle_status load_common(const char *fn, const needle_model_params *p, needle_m
 }
 
 }  // namespace
+
+needle_status needle::capi::set_last_error(needle_status code, const char *msg) { return set_error(code, msg); }
 
 extern "C" {
 
@@ -132,6 +125,14 @@ const char *needle_kernel_isa(void) {
         return needle::kernel_isa();
     } catch (...) {
         return "scalar";
+    }
+}
+
+const char *needle_kernel_isa_requested(void) {
+    try {
+        return needle::kernel_isa_requested();
+    } catch (...) {
+        return "";
     }
 }
 
@@ -203,6 +204,7 @@ needle_status needle_model_get_info(const needle_model *model, needle_model_info
     r.bos_id = mi.bos_id, r.eos_id = mi.eos_id, r.pad_id = mi.pad_id, r.unk_id = mi.unk_id;
     r.has_tokenizer = model->m->tokenizer() != nullptr;
     r.weight_bytes = mi.weight_bytes, r.file_bytes = mi.file_bytes;
+    r.n_threads = uint32_t(model->m->n_threads());
     std::memcpy(info, &r, std::min<size_t>(info->struct_size, sizeof r));
     return NEEDLE_OK;
 }
@@ -252,10 +254,21 @@ needle_status needle_state_create(needle_model *model, needle_state **out) {
     return needle_state_create_ex(model, nullptr, out);
 }
 
-void needle_state_free(needle_state *state) { delete state; }
+void needle_state_free(needle_state *state) {
+    if (state && state->busy) {
+        state->free_pending = true;  // freed when its needle_generate returns
+        return;
+    }
+    delete state;
+}
 
 void needle_state_reset(needle_state *state) {
-    if (state) state->seq->reset();
+    if (!state) return;
+    if (state->busy) {
+        busy_error("needle_state_reset");  // ignored: the sequence stays as generate left it
+        return;
+    }
+    state->seq->reset();
 }
 
 uint32_t needle_state_pos(const needle_state *state) { return state ? state->seq->pos : 0; }
@@ -280,6 +293,7 @@ void needle_batch_free(needle_batch *batch) { delete batch; }
 
 needle_status needle_state_decode(needle_state *state, uint32_t token, float *logits, size_t logits_len) {
     if (!state) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_state_decode: state is NULL");
+    if (state->busy) return busy_error("needle_state_decode");
     const needle_status st = check_feed("needle_state_decode", state, &token, 1, logits, logits_len);
     if (st != NEEDLE_OK) return st;
     return guarded([&] {
@@ -292,6 +306,7 @@ needle_status needle_state_prefill(needle_state *state, needle_batch *batch, con
                                    size_t n_tokens, float *logits, size_t logits_len) {
     const char *fn = "needle_state_prefill";
     if (!state) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: state is NULL", fn);
+    if (state->busy) return busy_error(fn);
     if (batch && batch->model != state->model)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: the batch was made for another model", fn);
     if (n_tokens == 0 && (logits || logits_len))
@@ -318,7 +333,8 @@ needle_status needle_model_tokenize(const needle_model *model, const char *text,
         tok->encode(std::string_view(text ? text : "", text_len), ids);
         *n_tokens = ids.size();
         if (ids.size() > capacity)
-            return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: %zu tokens do not fit capacity %zu", fn, ids.size(), capacity);
+            return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: %zu token%s do%s not fit capacity %zu", fn, ids.size(),
+                          needle::plural(ids.size()), ids.size() == 1 ? "es" : "", capacity);
         std::copy(ids.begin(), ids.end(), tokens);
         return NEEDLE_OK;
     });
@@ -340,7 +356,8 @@ needle_status needle_model_detokenize(const needle_model *model, const uint32_t 
         const std::string s = tok->decode(tokens, n_tokens);
         *text_len = s.size();
         if (s.size() + 1 > capacity)
-            return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: %zu bytes + NUL do not fit capacity %zu", fn, s.size(), capacity);
+            return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: %zu byte%s + NUL do not fit capacity %zu", fn, s.size(),
+                          needle::plural(s.size()), capacity);
         std::memcpy(text, s.c_str(), s.size() + 1);
         return NEEDLE_OK;
     });
@@ -375,6 +392,7 @@ needle_status needle_generate(needle_state *state, needle_batch *batch, const ch
         result->decode_ms = 0.0;
     }
     if (!state) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: state is NULL", fn);
+    if (state->busy) return busy_error(fn);
     if (!prompt && prompt_len > 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: prompt is NULL", fn);
     if (batch && batch->model != state->model)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: the batch was made for another model", fn);
@@ -393,10 +411,13 @@ needle_status needle_generate(needle_state *state, needle_batch *batch, const ch
     opt.sampling.seed = p.seed;
     opt.add_bos = p.add_bos != 0;
     needle::GenerateStats stats;
+    state->busy = true;
     const needle_status st = guarded([&] {
         return state->gen->run(*state->seq, *state->step, batch ? batch->ws.get() : nullptr,
                                std::string_view(prompt ? prompt : "", prompt_len), opt, callback, user_data, stats);
     });
+    state->busy = false;
+    if (state->free_pending) delete state;  // the callback freed it
     if (st == NEEDLE_E_CANCELLED) {
         set_error(st, "needle_generate: stopped by the callback");
     } else if (st != NEEDLE_OK) {  // the generation layer's messages name no entry point

@@ -87,19 +87,30 @@ HeaderV2 read_header(const uint8_t *p) {
     return h;
 }
 
-// Rules 1-2. Size first: the tag is only read once 120 bytes are known to exist.
+// Rules 1-2. The tag first: a file too short to hold it, or whose first four bytes are no known
+// tag, is not a container at all (an empty download, an HTML error page), whatever its length;
+// only a file that starts with the Needle 2 tag can be a truncated one.
 void check_size_and_tag(const uint8_t *data, uint64_t size) {
-    if (size < kHeaderBytes)
-        bad(strf("file truncated: %llu bytes, header needs %llu", ull(size), ull(kHeaderBytes)));
+    if (size < 4) {
+        char seen[3 * 4 + 1] = "";
+        for (uint64_t i = 0; i < size; ++i) std::snprintf(seen + 3 * i, 4, " %02X", data[i]);
+        bad(strf("not a .cact file (%llu byte%s%s%s)", ull(size), plural(size), size ? ":" : "", seen));
+    }
     const uint32_t tag = read_u32(data);
-    if (tag == kCactTagV2) return;
+    if (tag == kCactTagV2) {
+        if (size < kHeaderBytes)
+            bad(strf("file truncated: %llu byte%s, header needs %llu", ull(size), plural(size),
+                     ull(kHeaderBytes)));
+        return;
+    }
     if (tag == kCactTagOld)
         fail(NEEDLE_E_UNSUPPORTED, "unsupported old .cact format 0x05E12A82 (geometry-less); "
                                    "re-export with a current package");
     if (tag == kCactTagV3)
         fail(NEEDLE_E_UNSUPPORTED,
              "Needle 3 container (tag 0x05E12A84) is not supported by this build");
-    bad(strf("not a .cact file (tag 0x%08X)", tag));
+    bad(strf("not a .cact file (first bytes %02X %02X %02X %02X, tag 0x%08X)", data[0], data[1], data[2],
+             data[3], tag));
 }
 
 // Rule 3.
@@ -107,7 +118,7 @@ void check_codebook_len(const HeaderV2 &h, uint64_t size) {
     if (h.codebook_len != kCodebookLen)
         bad(strf("header: codebook_len %u, expected %u", h.codebook_len, kCodebookLen));
     if (size < kDirStart)
-        bad(strf("file truncated: %llu bytes, header and codebook need %llu", ull(size),
+        bad(strf("file truncated: %llu byte%s, header and codebook need %llu", ull(size), plural(size),
                  ull(kDirStart)));
 }
 
@@ -364,8 +375,8 @@ void Parser::check_placement(uint32_t i, TensorRecord &r) {
     if (__builtin_add_overflow(r.offset, r.nbytes, &end))
         bad_at(i, strf("offset %llu + nbytes %llu overflows 64 bits", ull(r.offset), ull(r.nbytes)));
     if (end > size_)
-        bad_at(i, strf("offset %llu + nbytes %llu = %llu runs past the end of the file (%llu bytes)",
-                       ull(r.offset), ull(r.nbytes), ull(end), ull(size_)));
+        bad_at(i, strf("offset %llu + nbytes %llu = %llu runs past the end of the file (%llu byte%s)",
+                       ull(r.offset), ull(r.nbytes), ull(end), ull(size_), plural(size_)));
     if (r.offset < prev_end_)
         bad_at(i, strf("offset %llu overlaps the previous blob, which ends at %llu", ull(r.offset),
                        ull(prev_end_)));
@@ -428,8 +439,8 @@ void Parser::directory() {
     // Rule 12: the whole directory must be inside the file before anything is sized by n_.
     const uint64_t dir_end = kDirStart + uint64_t(kRecordBytes) * n_;  // < 2^38: no wrap
     if (dir_end > size_)
-        bad(strf("file truncated: %llu bytes, directory of num_tensors %u records needs %llu",
-                 ull(size_), n_, ull(dir_end)));
+        bad(strf("file truncated: %llu byte%s, directory of num_tensors %u record%s needs %llu",
+                 ull(size_), plural(size_), n_, plural(n_), ull(dir_end)));
     // Rule 13.
     const uint32_t canon_min = c_.canon.final_norm() + 1;
     if (n_ < canon_min)
@@ -452,9 +463,10 @@ void Parser::directory() {
         c_.tensors.push_back(r);
     }
     if (prev_end_ != size_)  // SHOULD: no trailing bytes
-        bad(strf("file has %llu trailing bytes after the last blob (%s ends at %llu, file is "
+        bad(strf("file has %llu trailing byte%s after the last blob (%s ends at %llu, file is "
                  "%llu bytes)",
-                 ull(size_ - prev_end_), who(n_ - 1).c_str(), ull(prev_end_), ull(size_)));
+                 ull(size_ - prev_end_), plural(size_ - prev_end_), who(n_ - 1).c_str(), ull(prev_end_),
+                 ull(size_)));
 }
 
 // ------------------------------------------------------------------ §12.4 canon
@@ -592,13 +604,13 @@ void Parser::canon() {
             bad_at(i, "RAW record before the last one; only the tokenizer (last) may be RAW");
     const uint32_t canon_min = c_.canon.final_norm() + 1;
     if (n_ - tok_ < canon_min)
-        bad(strf("canon: %u records including the tokenizer leave %u for the model, which needs "
-                 "%u", n_, n_ - tok_, canon_min));
+        bad(strf("canon: %u record%s including the tokenizer leave %u for the model, which needs "
+                 "%u", n_, plural(n_), n_ - tok_, canon_min));
     const uint32_t extra = n_ - tok_ - canon_min;
     if (extra != 0 && (extra < 4 || (extra - 1) % 3 != 0))
-        bad(strf("canon: %u records between final_norm (tensor %u) and the %s; expected 0 or "
+        bad(strf("canon: %u record%s between final_norm (tensor %u) and the %s; expected 0 or "
                  "1 + 3*heads",
-                 extra, canon_min - 1, tok_ ? "tokenizer" : "end of the directory"));
+                 extra, plural(extra), canon_min - 1, tok_ ? "tokenizer" : "end of the directory"));
     num_heads_ = extra == 0 ? 0 : (extra - 1) / 3;
     check_dtypes();  // rule 20
     check_shapes();  // rule 21

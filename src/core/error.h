@@ -34,6 +34,9 @@ inline std::string strf(const char *fmt, ...) {
     return buf;
 }
 
+// "" for a count of one, else "s": messages say "1 token" and "2 tokens" (use as "%llu byte%s").
+inline const char *plural(unsigned long long n) { return n == 1 ? "" : "s"; }
+
 [[noreturn]] inline void fail(needle_status code, std::string message) {
     throw Error(code, std::move(message));
 }

@@ -30,8 +30,8 @@ needle_status Generator::run(Sequence &seq, Workspace &step, Workspace *batch, s
     if (prompt_ids_.empty()) fail(NEEDLE_E_INVALID_ARGUMENT, "empty prompt: nothing to condition on");
     const uint32_t Tmax = m_.info().max_seq_len;
     if (prompt_ids_.size() + 1 > size_t(Tmax - seq.pos))  // room for the prompt and one token
-        fail(NEEDLE_E_CONTEXT_FULL, strf("prompt of %zu tokens at position %u leaves no room in max_seq_len %u",
-                                         prompt_ids_.size(), seq.pos, Tmax));
+        fail(NEEDLE_E_CONTEXT_FULL, strf("prompt of %zu token%s at position %u leaves no room in max_seq_len %u",
+                                         prompt_ids_.size(), plural(prompt_ids_.size()), seq.pos, Tmax));
 
     auto t0 = std::chrono::steady_clock::now();
     feed(m_, seq, batch ? *batch : step, prompt_ids_.data(), prompt_ids_.size(), logits_.data());

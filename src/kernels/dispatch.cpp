@@ -1,12 +1,10 @@
 // The one dispatch point: detects the CPU, honours NEEDLE_FORCE_ISA, and routes the public
 // kernel functions of kernels.h to the chosen table. Large CQ matmuls are split over rows with
-// oneTBB here (in whatever task_arena the caller runs); rows are independent, so results do not
-// depend on the thread count or the split.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
+// core/parallel.h here (in whatever arena the caller runs); rows are independent, so results do
+// not depend on the thread count or the split.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -14,6 +12,7 @@
 #include <sys/auxv.h>
 #endif
 
+#include "core/parallel.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels.h"
 
@@ -54,10 +53,14 @@ int candidates(Candidate *out) {
     return n;
 }
 
+// NEEDLE_FORCE_ISA as pick() read it (written once, before active_kernels() returns).
+char g_requested[32] = "";
+
 const KernelTable *pick() {
     Candidate c[8];
     const int n = candidates(c);
     const char *forced = std::getenv("NEEDLE_FORCE_ISA");
+    if (forced) std::snprintf(g_requested, sizeof g_requested, "%s", forced);
     if (forced && *forced) {
         // A forced ISA is honoured only if this CPU runs it; otherwise the best one is used.
         for (int i = 0; i < n; ++i)
@@ -82,6 +85,11 @@ const KernelTable &active_kernels() {
 }
 
 const char *kernel_isa() { return active_kernels().isa; }
+
+const char *kernel_isa_requested() {
+    active_kernels();  // the choice reads the variable
+    return g_requested;
+}
 
 void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t group, float *xh) {
     active_kernels().cq_prepare_input(x, cols, cols_pad, group, xh);
@@ -125,8 +133,7 @@ void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float 
         return;
     }
     const uint32_t grain = uint32_t(std::max<uint64_t>(1, kTaskWork * blocks / work));
-    tbb::parallel_for(tbb::blocked_range<uint32_t>(0, blocks, grain),
-                      [&](const tbb::blocked_range<uint32_t> &rg) { run_blocks(rg.begin(), rg.end()); });
+    parallel_for(0, blocks, grain, run_blocks);
 }
 
 void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out) { active_kernels().cq_dequantize_row(w, r, out); }

@@ -71,6 +71,10 @@ inline float sigmoid(float z);
 // Name of the kernel instruction set in use: "avx512", "avx2", "sse4_2", "neon" or "scalar".
 // Chosen once per process: the best this CPU runs, or NEEDLE_FORCE_ISA when it names a lower one.
 const char *kernel_isa();
+// NEEDLE_FORCE_ISA as read when the kernels were chosen ("" if unset or empty; at most 31 bytes).
+// Differs from kernel_isa() exactly when the request was refused (an unknown name, an ISA not in
+// this build or not run by this CPU): the best ISA runs then, and nothing is printed.
+const char *kernel_isa_requested();
 
 }  // namespace needle
 

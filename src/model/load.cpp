@@ -46,7 +46,7 @@ std::shared_ptr<const FileBytes> FileBytes::open(const char *path, bool use_mmap
     while (got < fb->size_) {
         const ssize_t r = ::read(f.fd, fb->owned_.data() + got, fb->size_ - got);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) fail(NEEDLE_E_IO, strf("cannot read '%s' (%zu of %zu bytes)", path, got, fb->size_));
+        if (r <= 0) fail(NEEDLE_E_IO, strf("cannot read '%s' (%zu of %zu byte%s)", path, got, fb->size_, plural(fb->size_)));
         got += size_t(r);
     }
     fb->data_ = fb->owned_.data();
@@ -75,7 +75,7 @@ std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, 
 namespace needle {
 void feed(const Model &m, Sequence &seq, Workspace &ws, const uint32_t *tokens, size_t n,
           float *logits) {
-    seq.arena->execute([&] {
+    seq.arena.execute([&] {
         for (size_t i = 0; i < n; i += ws.capacity) {
             const uint32_t chunk = uint32_t(std::min<size_t>(ws.capacity, n - i));
             m.forward(seq, ws, tokens + i, chunk, i + chunk == n ? logits : nullptr);

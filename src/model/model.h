@@ -6,9 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
-#include "core/arena_pool.h"
+#include "core/parallel.h"
 #include "tokenizer/tokenizer.h"
 
 namespace needle {
@@ -44,12 +45,43 @@ struct ModelInfo {
     uint64_t weight_bytes = 0, file_bytes = 0;
 };
 
+// Element type of a sequence's KV cache (model-v2.md §4.4).
+enum class KvType { F32, INT8 };
+
+// How a sequence is created: kv_window -1 = the model's default, 0 = full causal, > 0 = that
+// window (tokens); kv_type INT8 stores each K/V row as int8 plus one f32 scale (not bit-faithful).
+// sink_tokens L (tool-calling.md §10.3): key j is visible to query p iff j <= p and
+// (p - j < window or j < L); the ring never overwrites the L sink slots. 0 = no sinks.
+// probe_heads: pool the probe-head cells (model-v2.md §7) while positions are fed, when the model
+// has heads; the head window is then the state's attention (window and sinks).
+struct SequenceOptions {
+    int32_t kv_window = -1;
+    KvType kv_type = KvType::F32;
+    uint32_t sink_tokens = 0;
+    bool probe_heads = true;
+};
+
+// One contiguous piece of a sequence's mutable memory, for copy / save / load: `bytes` in all,
+// of which the first `used` matter at the position asked for (the rest is never read).
+struct StateSpan {
+    uint8_t *data;
+    size_t bytes, used;
+};
+using StateVisitor = void (*)(void *ctx, const StateSpan &span);
+
 // One sequence: position and whatever per-position memory the model keeps (KV ring, ...).
 class Sequence {
 public:
     virtual ~Sequence() = default;
     virtual void reset() = 0;  // back to position 0
     uint32_t pos = 0;          // next position to write = tokens fed so far
+    // The options it was made with, kv_window resolved (effective window, 0 = full causal) and
+    // sink_tokens / probe_heads as they apply (0 / false when the model has no use for them).
+    SequenceOptions options;
+    // Calls fn for every span of its memory, in a fixed order, `used` computed for position
+    // `at`. Two sequences of one model with equal options get the same spans (copy, save, load).
+    // The default: a model that cannot persist its state (Error UNSUPPORTED).
+    virtual void visit_state(uint32_t at, StateVisitor fn, void *ctx);
     // This sequence's worker threads (sized from needle_model_params.n_threads); its own arena
     // while it lives (leased from a pool, core/arena_pool.h), so concurrent sequences never wait
     // on each other's slots, and no process-wide TBB limit.
@@ -63,15 +95,7 @@ public:
     uint32_t capacity = 0;
 };
 
-// Element type of a sequence's KV cache (model-v2.md §4.4).
-enum class KvType { F32, INT8 };
-
-// How a sequence is created: kv_window -1 = the model's default, 0 = full causal, > 0 = that
-// window (tokens); kv_type INT8 stores each K/V row as int8 plus one f32 scale (not bit-faithful).
-struct SequenceOptions {
-    int32_t kv_window = -1;
-    KvType kv_type = KvType::F32;
-};
+enum class ProbeHead : uint32_t { Contrastive = 1, Confidence = 2 };
 
 class Model {
 public:
@@ -90,17 +114,34 @@ public:
     virtual void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                          float *logits) const = 0;
 
-    int n_threads() const { return n_threads_; }  // 0 = all cores
+    int n_threads() const { return n_threads_; }  // as loaded: clamp_threads() of the request
+
+    // Probe heads (model-v2.md §7, model-v3.md §2.4), pooled online while a sequence is fed.
+    // Width of head h's output (confidence 1, contrastive its embedding dim); 0 = no such head.
+    virtual uint32_t probe_head_dim(ProbeHead h) const { (void)h; return 0; }
+    // out[probe_head_dim(h)] = proj · pooled + bias of head h over every non-PAD position fed
+    // to seq (the raw output: the caller takes σ or the unit vector, §7.3). Throws Error
+    // UNSUPPORTED without the head or when seq does not pool, INVALID_ARGUMENT when no
+    // position has been pooled yet. Allocates nothing.
+    virtual void probe_head_output(const Sequence &seq, ProbeHead h, float *out) const;
+
+    // 64-bit hash of the container bytes (state blobs are tied to it); computed on first use.
+    uint64_t fingerprint() const;
 
 protected:
     ModelInfo info_;
     int n_threads_ = 0;
     std::unique_ptr<Tokenizer> tokenizer_;
+    std::shared_ptr<const FileBytes> file_;  // the container, for fingerprint()
+
+private:
+    mutable std::once_flag fingerprint_once_;
+    mutable uint64_t fingerprint_ = 0;
 };
 
 struct LoadOptions {
     bool use_mmap = true;
-    int n_threads = 0;  // 0 = all cores
+    int n_threads = 0;  // the C shim passes clamp_threads(needle_model_params.n_threads)
 };
 
 // Reads the tag, validates the container and builds the matching model.

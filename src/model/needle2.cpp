@@ -2,16 +2,16 @@
 // Read top to bottom: bind weights, sequence state, workspace, then forward: embed -> engram ->
 // layers (router, attention, MLP, lane update) -> LM head.
 #include "model/needle2.h"
+#include "model/kv_layout.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/f16.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 namespace needle {
 
@@ -63,8 +63,8 @@ void for_positions(uint32_t n, const Fn &fn) {
         fn(0u);
         return;
     }
-    tbb::parallel_for(tbb::blocked_range<uint32_t>(0, n, 1), [&](const tbb::blocked_range<uint32_t> &r) {
-        for (uint32_t i = r.begin(); i != r.end(); ++i) fn(i);
+    parallel_for(0, n, 1, [&](uint32_t b, uint32_t e) {
+        for (uint32_t i = b; i != e; ++i) fn(i);
     });
 }
 
@@ -132,26 +132,31 @@ uint32_t needle2_effective_window(const HeaderV2 &h) {
 // ---------------------------------------------------------------- sequence state (§5)
 
 struct Needle2Model::Seq final : Sequence {
-    uint32_t window;  // attention window, 0 = full causal
-    uint32_t ring;    // KV slots per head: window, or max_seq_len when full causal (§4.3)
+    KvLayout kvl;     // window, sinks (tool-calling.md §10.3) and ring slots (§4.3)
+    uint32_t ring;    // = kvl.ring
     uint32_t vring;   // Engram value ring slots: (taps-1)*dil + 1
+    uint32_t L, K, hd, D;  // geometry the spans are cut by
     std::vector<uint32_t> hist;  // [Tmax]
     KvType kv_type;
     std::vector<float> kv;       // f32: [L][2][K][ring][hd], K then V of each layer
     std::vector<int8_t> kv8;     // int8: the same layout
     std::vector<float> kv_scale; // int8: [L][2][K][ring], one scale per row
     std::vector<float> vraw;     // [S][vring][D] un-convolved Engram values
+    mutable ProbePool pool;      // probe-head pooling (needle2_heads.cpp); empty when off
     void reset() override {
         pos = 0;
         std::fill(hist.begin(), hist.end(), 0u);
+        pool.reset();
     }
+    void visit_state(uint32_t at, StateVisitor fn, void *ctx) override;
+
     // First row of the K (v = false) or V ring of layer l, KV head kvh, in rows of hd.
     size_t first_row(const Needle2Geometry &g, uint32_t l, uint32_t kvh, bool v) const {
         return (size_t(l) * 2 * g.K + (v ? g.K : 0) + kvh) * ring;
     }
     // Stores row x[hd] at position p of that ring.
     void store(const Needle2Geometry &g, uint32_t l, uint32_t kvh, bool v, uint32_t p, const float *x) {
-        const size_t row = first_row(g, l, kvh, v) + p % ring;
+        const size_t row = first_row(g, l, kvh, v) + kvl.slot(p);
         if (kv_type == KvType::INT8) quantize_i8(x, g.hd, kv8.data() + row * g.hd, &kv_scale[row]);
         else std::memcpy(kv.data() + row * g.hd, x, sizeof(float) * g.hd);
     }
@@ -169,10 +174,16 @@ std::unique_ptr<Sequence> Needle2Model::new_sequence(const SequenceOptions &opt)
     auto s = std::make_unique<Seq>();
     if (kv_window < -1) fail(NEEDLE_E_INVALID_ARGUMENT, strf("kv_window %d is negative", kv_window));
     uint32_t w = kv_window == -1 ? default_window_ : uint32_t(kv_window);
-    if (w >= g.Tmax) w = 0;
-    s->window = w;
-    s->ring = w ? w : g.Tmax;
+    // Sinks only matter under a window; a window plus sinks covering max_seq_len is full causal.
+    s->kvl = KvLayout::make(w, opt.sink_tokens, g.Tmax);
+    s->ring = s->kvl.ring;
+    s->options = opt;
+    s->options.kv_window = int32_t(s->kvl.window);
+    s->options.sink_tokens = s->kvl.sinks;
+    s->options.probe_heads = opt.probe_heads && !heads_.empty();
+    if (s->options.probe_heads) init_pool(s->pool);
     s->vring = g.S ? (g.taps - 1) * g.dil + 1 : 0;
+    s->L = g.L, s->K = g.K, s->hd = g.hd, s->D = g.D;
     s->hist.assign(g.Tmax, 0u);
     s->kv_type = opt.kv_type;
     const size_t rows = size_t(g.L) * 2 * g.K * s->ring;
@@ -185,6 +196,26 @@ std::unique_ptr<Sequence> Needle2Model::new_sequence(const SequenceOptions &opt)
     s->vraw.assign(size_t(g.S) * s->vring * g.D, 0.0f);
     s->arena = ArenaLease(n_threads_);
     return s;
+}
+
+// Spans in a fixed order: token history, KV (used: the slots written by `at` positions),
+// Engram value ring, pool accumulators.
+void Needle2Model::Seq::visit_state(uint32_t at, StateVisitor fn, void *ctx) {
+    auto span = [&](void *p, size_t bytes, size_t used) { fn(ctx, StateSpan{static_cast<uint8_t *>(p), bytes, used}); };
+    const size_t filled = std::min(at, ring), vfilled = std::min(at, vring);
+    span(hist.data(), hist.size() * 4, size_t(at) * 4);
+    const size_t nrings = size_t(L) * 2 * K;  // [L][2][K] rings of `ring` rows of hd
+    for (size_t r = 0; r < nrings; ++r) {
+        if (kv_type == KvType::INT8) {
+            span(kv8.data() + r * ring * hd, size_t(ring) * hd, filled * hd);
+            span(kv_scale.data() + r * ring, size_t(ring) * 4, filled * 4);
+        } else {
+            span(kv.data() + r * ring * hd, size_t(ring) * hd * 4, filled * hd * 4);
+        }
+    }
+    for (size_t si = 0; vring && si < vraw.size() / (size_t(vring) * D); ++si)
+        span(vraw.data() + si * vring * D, size_t(vring) * D * 4, vfilled * D * 4);
+    span(pool.acc.data(), pool.acc.size() * 8, pool.acc.size() * 8);
 }
 
 // ---------------------------------------------------------------- workspace (chunk scratch)
@@ -255,6 +286,8 @@ Needle2Model::Needle2Model(std::shared_ptr<const FileBytes> bytes, const Contain
     // refused without allocating the arena.
     if (c.tokenizer) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::parse(c.tokenizer, c.tokenizer_bytes, g.V));
     bind(c);
+    bind_heads(c);
+    file_ = bytes_;
 
     info_.format_version = 2;
     info_.vocab_size = g.V, info_.d_model = g.D, info_.num_layers = g.L;
@@ -382,9 +415,20 @@ void Needle2Model::forward(Sequence &seq, Workspace &ws, const uint32_t *tokens,
     embed(w, tokens, n);
     rope_rows(w, p0, n);
     engram(s, w, p0, n);
-    for (uint32_t l = 0; l < g_.L; ++l) layer(s, w, l, p0, n);
+    // Probe-head cells (§7.1) are pooled as they appear: e0 now, each layer's lanes after it.
+    // w.Xn is free between layers and holds the chunk's cells.
+    const bool pool = !s.pool.acc.empty();
+    if (pool) pool_cells(s.pool, 0, w.X, tokens, n, w.Xn);
+    for (uint32_t l = 0; l < g_.L; ++l) {
+        layer(s, w, l, p0, n);
+        if (pool) pool_cells(s.pool, l + 1, w.X, tokens, n, w.Xn);
+    }
     s.pos = p0 + n;
     if (logits) lm_head(w, n - 1, logits);
+}
+
+void Needle2Model::probe_head_output(const Sequence &seq, ProbeHead h, float *out) const {
+    head_output(static_cast<const Seq &>(seq).pool, h, out);
 }
 
 // Step 2 + 4: e0 = deq_row(embedding, t) * sqrt(D), copied into every lane.
@@ -517,7 +561,7 @@ void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t 
             s.store(g, l, kv, false, p, k + kv * g.hd);
             s.store(g, l, kv, true, p, v + kv * g.hd);
         }
-        const uint32_t lo = (s.window && p + 1 > s.window) ? p + 1 - s.window : 0;
+        const uint32_t lo = s.kvl.lo(p);  // visible keys: kv_layout.h
         float *o = w.o + size_t(i) * g.A;
         const float *gl = w.gl + size_t(i) * g.A;
         auto head = [&](uint32_t r) {
@@ -535,7 +579,9 @@ void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t 
         // Heads are independent (own scores, own output): split over the arena's threads once
         // the keys are many enough to pay for it (needle2 at 64+ keys: >= 2^16 multiply-adds).
         if (uint64_t(g.H) * (p - lo + 1) * (2 * g.hd) >= (uint64_t(1) << 16))
-            tbb::parallel_for(0u, g.H, head);
+            parallel_for(0, g.H, 1, [&](uint32_t b, uint32_t e) {
+                for (uint32_t r = b; r != e; ++r) head(r);
+            });
         else
             for (uint32_t r = 0; r < g.H; ++r) head(r);
         for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);

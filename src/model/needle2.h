@@ -31,6 +31,29 @@ struct Needle2Geometry {
     float rope_theta;
 };
 
+// One probe head bound from the container (§8): probes [P][D], proj [out][P*D], bias [out], as
+// f32; `first` = index of its first probe among all heads' probes in the pool.
+struct Needle2Head {
+    ProbeHead kind;
+    uint32_t P, out, first;
+    const float *probes, *proj, *bias;
+};
+
+// Online pooling state of one sequence (model-v2.md §7.2), all in double: for every cell index
+// c (0 = embedding, l+1 = after layer l) and every probe k of every head, the running maximum
+// score m, the denominator s = Σ exp(z - m) and acc[D] = Σ exp(z - m) · cell, each fed in
+// position order. Keeping the cell indices apart makes the result independent of how the
+// positions were chunked (a chunk runs layer by layer); they are merged when read.
+struct ProbePool {
+    uint32_t cells = 0, probes = 0, D = 0;
+    std::vector<double> acc;      // [cells][probes][2 + D]: m, s, acc
+    std::vector<double> pooled;   // [D] scratch of probe_head_output
+    std::vector<double> out;      // [max out] scratch of probe_head_output
+    double *at(uint32_t c, uint32_t k) { return acc.data() + (size_t(c) * probes + k) * (2 + D); }
+    const double *at(uint32_t c, uint32_t k) const { return acc.data() + (size_t(c) * probes + k) * (2 + D); }
+    void reset();
+};
+
 class Needle2Model final : public Model {
 public:
     Needle2Model(std::shared_ptr<const FileBytes> bytes, const ContainerV2 &c, int n_threads);
@@ -41,6 +64,9 @@ public:
                  float *logits) const override;
 
     const Needle2Geometry &geometry() const { return g_; }
+
+    uint32_t probe_head_dim(ProbeHead h) const override;
+    void probe_head_output(const Sequence &seq, ProbeHead h, float *out) const override;
 
 private:
     struct Seq;
@@ -57,6 +83,18 @@ private:
     std::vector<int32_t> site_of_layer_;  // -1 or the site index applied at that layer
     const float *a_pre_, *a_post_, *a_res_, *b_pre_, *b_post_, *b_res_, *final_norm_;
     const float *rope_inv_freq_;  // [hd/2]
+
+    // Probe heads (needle2_heads.cpp).
+    std::vector<float> head_arena_;
+    std::vector<Needle2Head> heads_;
+    uint32_t head_probes_ = 0;  // P summed over the heads
+    void bind_heads(const ContainerV2 &c);
+    void init_pool(ProbePool &pool) const;
+    // Pools cell c of positions 0..n-1 of a chunk: lanes X [n][n_lanes*D] (c = 0: lane 0 is
+    // e0), tokens [n] (PAD positions are skipped), scratch [n][D].
+    void pool_cells(ProbePool &pool, uint32_t c, const float *X, const uint32_t *tokens, uint32_t n,
+                    float *scratch) const;
+    void head_output(ProbePool &pool, ProbeHead kind, float *out) const;
 
     void bind(const ContainerV2 &c);
     void embed(Work &w, const uint32_t *tokens, uint32_t n) const;

@@ -166,15 +166,15 @@ Tokenizer Tokenizer::parse(const uint8_t *blob, size_t nbytes, uint32_t vocab_si
     // Rule 25: header present, piece count sane, and the count bounded by the blob size before
     // anything is reserved from it (each record needs at least 7 bytes).
     if (blob == nullptr || nbytes < kBlobHeaderBytes)
-        bad_blob(strf("tokenizer: blob is %zu bytes, shorter than its %zu-byte header", nbytes,
+        bad_blob(strf("tokenizer: blob is %zu byte%s, shorter than its %zu-byte header", nbytes, plural(nbytes),
                       kBlobHeaderBytes));
     const uint32_t n_pieces = read_u32(blob);
     if (n_pieces == 0) bad_blob("tokenizer: n_pieces is 0");
     if (n_pieces != vocab_size)
         bad_blob(strf("tokenizer: n_pieces %u != header vocab_size %u", n_pieces, vocab_size));
     if (uint64_t(n_pieces) * kRecordHeaderBytes > uint64_t(nbytes - kBlobHeaderBytes))
-        bad_blob(strf("tokenizer: %u pieces need at least %llu record bytes but the blob has %zu",
-                      n_pieces, (unsigned long long)(uint64_t(n_pieces) * kRecordHeaderBytes),
+        bad_blob(strf("tokenizer: %u piece%s need at least %llu record bytes but the blob has %zu",
+                      n_pieces, plural(n_pieces), (unsigned long long)(uint64_t(n_pieces) * kRecordHeaderBytes),
                       nbytes - kBlobHeaderBytes));
 
     Tokenizer t;
@@ -201,8 +201,8 @@ Tokenizer Tokenizer::parse(const uint8_t *blob, size_t nbytes, uint32_t vocab_si
         const uint16_t len = read_u16(blob + pos + 5);
         pos += kRecordHeaderBytes;
         if (len > nbytes - pos)
-            bad_blob(strf("tokenizer: piece %u: surface of %u bytes at blob offset %zu runs past "
-                          "the end of the %zu-byte blob", id, unsigned(len), pos, nbytes));
+            bad_blob(strf("tokenizer: piece %u: surface of %u byte%s at blob offset %zu runs past "
+                          "the end of the %zu-byte blob", id, unsigned(len), plural(len), pos, nbytes));
         std::string_view surface(reinterpret_cast<const char *>(blob + pos), len);
         pos += len;
         if (type > 4) bad_blob(strf("tokenizer: piece %u: type %u is not in 0..4", id, type));
@@ -214,8 +214,8 @@ Tokenizer Tokenizer::parse(const uint8_t *blob, size_t nbytes, uint32_t vocab_si
         t.pieces_.push_back(Piece{std::string(surface), std::string(), score, PieceType(type)});
     }
     if (pos != nbytes)
-        bad_blob(strf("tokenizer: %zu trailing bytes after the last piece (blob %zu bytes)",
-                      nbytes - pos, nbytes));
+        bad_blob(strf("tokenizer: %zu trailing byte%s after the last piece (blob %zu bytes)",
+                      nbytes - pos, plural(nbytes - pos), nbytes));
 
     // Rule 27: special ids index the table.
     const struct { const char *name; uint32_t id; } specials[] = {
