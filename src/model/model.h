@@ -125,6 +125,15 @@ public:
     // position has been pooled yet. Allocates nothing.
     virtual void probe_head_output(const Sequence &seq, ProbeHead h, float *out) const;
 
+    // The stored bytes of head h's tensors as in the container (probes, proj, bias), for
+    // fingerprints of what was computed with it (tool index, tool-calling.md §9); empty
+    // without the head. They live as long as the model.
+    struct ByteSpan {
+        const uint8_t *data;
+        size_t size;
+    };
+    virtual std::vector<ByteSpan> probe_head_tensors(ProbeHead h) const { (void)h; return {}; }
+
     // 64-bit hash of the container bytes (state blobs are tied to it); computed on first use.
     uint64_t fingerprint() const;
 

@@ -66,6 +66,8 @@ void Needle2Model::bind_heads(const ContainerV2 &c) {
         record_to_f32(pr, np, p), h.probes = p, p += np;
         record_to_f32(pj, nj, p), h.proj = p, p += nj;
         record_to_f32(bs, h.out, p), h.bias = p, p += h.out;
+        h.stored[0] = {pr.data, size_t(pr.nbytes)}, h.stored[1] = {pj.data, size_t(pj.nbytes)};
+        h.stored[2] = {bs.data, size_t(bs.nbytes)};
         head_probes_ += h.P;
         heads_.push_back(h);
     }
@@ -130,6 +132,12 @@ void Needle2Model::pool_cells(ProbePool &pool, uint32_t c, const float *X, const
         });
     else
         for (uint32_t k = 0; k < head_probes_; ++k) probe(k);
+}
+
+std::vector<Model::ByteSpan> Needle2Model::probe_head_tensors(ProbeHead kind) const {
+    for (const Needle2Head &h : heads_)
+        if (h.kind == kind) return {h.stored[0], h.stored[1], h.stored[2]};
+    return {};
 }
 
 uint32_t Needle2Model::probe_head_dim(ProbeHead kind) const {
