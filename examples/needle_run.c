@@ -75,7 +75,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--top-k")) gp.top_k = (int32_t)number(a, argv[++i]);
         else if (!strcmp(a, "--top-p")) gp.top_p = (float)number(a, argv[++i]);
         else if (!strcmp(a, "--seed")) gp.seed = (uint64_t)number(a, argv[++i]);
-        else if (!strcmp(a, "--threads")) mp.n_threads = (int32_t)number(a, argv[++i]);
+        else if (!strcmp(a, "--threads")) {
+            /* in int32 range (the library clamps it to the cores; it refuses a negative one) */
+            const double t = number(a, argv[++i]);
+            mp.n_threads = t >= (double)INT32_MAX ? INT32_MAX : t <= (double)INT32_MIN ? INT32_MIN : (int32_t)t;
+        }
         else if (a[0] == '-' && a[1] == '-' && a[2]) { fprintf(stderr, "needle-run: unknown option %s\n", a); usage(stderr); return 2; }
         else if (!prompt) prompt = a;
         else { fprintf(stderr, "needle-run: more than one prompt given\n"); return 2; }

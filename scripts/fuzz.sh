@@ -8,7 +8,7 @@
 #   NEEDLE_FUZZ_BUILD   build/work folder (default ./build-fuzz): objects, binaries, the growing
 #                       working corpus (copied from fuzz/corpus, which is never modified) and
 #                       artifacts/<target>/ with every crash, leak, OOM or timeout input.
-#   NEEDLE_FUZZ_TARGETS targets to run (default "fuzz_load fuzz_tokenizer fuzz_tokenizer_blob")
+#   NEEDLE_FUZZ_TARGETS targets to run (default "fuzz_load fuzz_tokenizer fuzz_tokenizer_blob fuzz_grammar")
 #   NEEDLE_FUZZ_JOBS    parallel compile jobs (default: number of cores)
 #   CXX_FUZZ            clang++ to use (default clang++-14, else clang++)
 # A finding can be replayed with: build-fuzz/<target> build-fuzz/artifacts/<target>/crash-...
@@ -20,7 +20,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=${1:-60}
 OUT=${NEEDLE_FUZZ_BUILD:-$ROOT/build-fuzz}
-TARGETS=${NEEDLE_FUZZ_TARGETS:-"fuzz_load fuzz_tokenizer fuzz_tokenizer_blob"}
+TARGETS=${NEEDLE_FUZZ_TARGETS:-"fuzz_load fuzz_tokenizer fuzz_tokenizer_blob fuzz_grammar"}
 JOBS=${NEEDLE_FUZZ_JOBS:-$(nproc)}
 find_clang() { command -v clang++-14 || command -v clang++ || true; }
 CXX=${CXX_FUZZ:-$(find_clang)}
@@ -47,7 +47,7 @@ mkdir -p "$OUT/obj"
 # the tokenizer target's in-memory model) and the targets. "object source" pairs; the flags of
 # each object come from flags_for.
 units=()
-for src in "$ROOT"/src/{core,container,kernels,model,tokenizer,generate,capi}/*.cpp; do
+for src in "$ROOT"/src/{core,container,kernels,model,tokenizer,generate,chat,capi}/*.cpp; do
   [ -e "$src" ] || continue
   rel=${src#"$ROOT"/}
   units+=("$OUT/obj/${rel//\//_}.o $src")

@@ -9,7 +9,11 @@
 // disposed in any order: the C library keeps a model alive while its states and batches exist.
 // Failures throw NeedleException (Status + the library's message, read right after the failing
 // call on the same thread). Text crosses the boundary as UTF-8 byte arrays, encoded by hand.
-// The library is loaded as "needle" (libneedle.so): put its directory in LD_LIBRARY_PATH.
+// The library is loaded as "needle" (libneedle.so): put its directory in LD_LIBRARY_PATH. Compiled
+// with -define:NEEDLE_STATIC the imports name "__Internal" instead (a statically linked iOS build).
+// AOT runtimes (Unity IL2CPP, Xamarin.iOS) marshal only static callbacks: every delegate handed to
+// native code targets a static method marked [MonoPInvokeCallback(typeof(...))], and the context
+// of a call travels through user_data as a GCHandle.
 using System;
 using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
@@ -39,6 +43,15 @@ namespace Needle
             $"NeedleException: {NativeMethods.StatusString(Status)} (status {(int)Status}): {Message}";
     }
 
+    /// <summary>Marks a static method that native code calls back (Unity IL2CPP and Xamarin AOT
+    /// look for an attribute of this name; it is declared here so no Unity assembly is needed).</summary>
+    [AttributeUsage(AttributeTargets.Method)]
+    public sealed class MonoPInvokeCallbackAttribute : Attribute
+    {
+        public Type DelegateType { get; }
+        public MonoPInvokeCallbackAttribute(Type delegateType) { DelegateType = delegateType; }
+    }
+
     // ------------------------------------------------------------------ handles
 
     public sealed class ModelHandle : SafeHandleZeroOrMinusOneIsInvalid
@@ -66,7 +79,11 @@ namespace Needle
     {
         public const uint AbiVersion = 1; // NEEDLE_ABI_VERSION these declarations follow
         public const uint NoToken = 0xFFFFFFFF;
+#if NEEDLE_STATIC
+        const string Lib = "__Internal";
+#else
         const string Lib = "needle";
+#endif
 
         [StructLayout(LayoutKind.Sequential)]
         public struct ModelParams { public uint struct_size; public int use_mmap; public int n_threads; }
@@ -169,19 +186,41 @@ namespace Needle
         static readonly object gate = new object();
         static bool abiChecked;
 
-        public static string Version => NativeMethods.Utf8(NativeMethods.needle_version_string());
-        public static uint AbiVersion => NativeMethods.needle_abi_version();
+        public static string Version { get { EnsureAbi(); return NativeMethods.Utf8(NativeMethods.needle_version_string()); } }
+        public static uint AbiVersion { get { EnsureAbi(); return NativeMethods.needle_abi_version(); } }
 
-        /// <summary>Throws NeedleException(Unsupported) unless the library implements `expected`.</summary>
-        public static void CheckAbi(uint expected) => NativeMethods.Check(NativeMethods.needle_check_abi(expected));
+        /// <summary>Throws NeedleException(Unsupported) unless the library implements `expected`
+        /// (also when it has no needle_check_abi at all).</summary>
+        public static void CheckAbi(uint expected)
+        {
+            int st;
+            try { st = NativeMethods.needle_check_abi(expected); }
+            catch (EntryPointNotFoundException)
+            {
+                throw new NeedleException(Status.Unsupported, "the library has no needle_check_abi: not libneedle, or older than its first ABI");
+            }
+            NativeMethods.Check(st);
+        }
 
-        /// <summary>The load-time guard: checks NativeMethods.AbiVersion once, before the first load.</summary>
+        /// <summary>The load-time guard, run once before the first load: checks NativeMethods.AbiVersion
+        /// before any other function is resolved, then binds every import at once, so a library
+        /// lacking one fails here with Unsupported instead of EntryPointNotFoundException later.</summary>
         internal static void EnsureAbi()
         {
             lock (gate)
             {
                 if (abiChecked) return;
                 CheckAbi(NativeMethods.AbiVersion);
+                foreach (var m in typeof(NativeMethods).GetMethods(System.Reflection.BindingFlags.Public | System.Reflection.BindingFlags.Static))
+                {
+                    if (!Attribute.IsDefined(m, typeof(DllImportAttribute))) continue;
+                    try { Marshal.Prelink(m); }
+                    catch (EntryPointNotFoundException)
+                    {
+                        throw new NeedleException(Status.Unsupported, $"the library implements needle ABI {NativeMethods.AbiVersion} but has no {m.Name}");
+                    }
+                    catch (NotSupportedException) { } // a runtime without eager binding
+                }
                 abiChecked = true;
             }
         }
@@ -415,52 +454,66 @@ namespace Needle
             p.top_p = options.TopP; p.seed = options.Seed; p.add_bos = options.AddBos ? 1 : 0;
             var r = new NativeMethods.GenerateResult { struct_size = (uint)Marshal.SizeOf(typeof(NativeMethods.GenerateResult)) };
 
-            var text = new StringBuilder();
-            var ids = new System.Collections.Generic.List<uint>();
-            ExceptionDispatchInfo failure = null;
-            NativeMethods.TokenCallback callback = (token, ptr, len, user) =>
-            {
-                if (failure != null) return 1;
-                try
-                {
-                    var bytes = new byte[(int)len];
-                    if (bytes.Length > 0) Marshal.Copy(ptr, bytes, 0, bytes.Length);
-                    string piece = Encoding.UTF8.GetString(bytes);
-                    text.Append(piece);
-                    if (token != NativeMethods.NoToken) ids.Add(token);
-                    return onToken != null && onToken(token, piece) ? 1 : 0;
-                }
-                catch (Exception e) // never let an exception unwind into C
-                {
-                    failure = ExceptionDispatchInfo.Capture(e);
-                    return 1;
-                }
-            };
-
+            var ctx = new GenerateContext { OnToken = onToken };
             var promptBytes = Encoding.UTF8.GetBytes(prompt);
             bool added = false;
             int st;
+            GCHandle user = GCHandle.Alloc(ctx); // user_data: native code sees only this handle
             try
             {
                 IntPtr b = IntPtr.Zero;
                 if (batch != null) { batch.Handle.DangerousAddRef(ref added); b = batch.Handle.DangerousGetHandle(); }
                 st = NativeMethods.needle_generate(Handle, b, promptBytes, (UIntPtr)promptBytes.Length, ref p,
-                                                   callback, IntPtr.Zero, ref r);
+                                                   TokenTrampoline, GCHandle.ToIntPtr(user), ref r);
             }
             finally
             {
+                user.Free();
                 if (added) batch.Handle.DangerousRelease();
             }
             string message = st != 0 ? NativeMethods.Utf8(NativeMethods.needle_last_error()) : null;
-            GC.KeepAlive(callback); // the delegate must outlive the native call
-            failure?.Throw();
+            ctx.Failure?.Throw();
             if (st != 0 && st != (int)Status.Cancelled) throw new NeedleException((Status)st, message);
             return new GenerateResult
             {
                 PromptTokens = r.prompt_tokens, GeneratedTokens = r.generated_tokens,
                 StopReason = (StopReason)r.stop_reason, PrefillMs = r.prefill_ms, DecodeMs = r.decode_ms,
-                Text = text.ToString(), Tokens = ids.ToArray(),
+                Text = ctx.Text.ToString(), Tokens = ctx.Ids.ToArray(),
             };
+        }
+
+        /// <summary>What one Generate call's callback needs, reached through user_data.</summary>
+        sealed class GenerateContext
+        {
+            public Func<uint, string, bool> OnToken;
+            public readonly StringBuilder Text = new StringBuilder();
+            public readonly System.Collections.Generic.List<uint> Ids = new System.Collections.Generic.List<uint>();
+            public ExceptionDispatchInfo Failure;
+        }
+
+        // One delegate for the process, held in a static field so the collector never moves or
+        // frees it while native code may call it.
+        static readonly NativeMethods.TokenCallback TokenTrampoline = OnNativeToken;
+
+        [MonoPInvokeCallback(typeof(NativeMethods.TokenCallback))]
+        static int OnNativeToken(uint token, IntPtr text, UIntPtr len, IntPtr userData)
+        {
+            var ctx = (GenerateContext)GCHandle.FromIntPtr(userData).Target;
+            if (ctx.Failure != null) return 1;
+            try
+            {
+                var bytes = new byte[(int)len];
+                if (bytes.Length > 0) Marshal.Copy(text, bytes, 0, bytes.Length);
+                string piece = Encoding.UTF8.GetString(bytes);
+                ctx.Text.Append(piece);
+                if (token != NativeMethods.NoToken) ctx.Ids.Add(token);
+                return ctx.OnToken != null && ctx.OnToken(token, piece) ? 1 : 0;
+            }
+            catch (Exception e) // never let an exception unwind into C
+            {
+                ctx.Failure = ExceptionDispatchInfo.Capture(e);
+                return 1;
+            }
         }
     }
 }

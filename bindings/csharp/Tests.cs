@@ -3,7 +3,10 @@
 // ../shared/fixtures relative to the repository root (found from this executable's folder).
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.IO;
+using System.Linq;
+using System.Reflection;
 using System.Runtime.InteropServices;
 using Needle;
 
@@ -38,6 +41,57 @@ static class Tests
     {
         using (var s = m.NewState()) { r = s.Generate("Hello", o); return r.Text; }
     }
+
+    static NeedleException Catch(Action a)
+    {
+        try { a(); } catch (NeedleException e) { return e; }
+        return null;
+    }
+
+    // Every `ldftn M; newobj D::.ctor` in the assembly where D is a delegate type that some
+    // DllImport takes: M must be static and carry [MonoPInvokeCallback(typeof(D))] (matched by
+    // name, as AOT compilers do). Returns the violations; `found` counts the delegates seen.
+    static List<string> NativeCallbackViolations(Assembly asm, out int found)
+    {
+        var native = new HashSet<Type>();
+        foreach (var t in asm.GetTypes())
+            foreach (var m in t.GetMethods(BindingFlags.Public | BindingFlags.NonPublic | BindingFlags.Static))
+                if (Attribute.IsDefined(m, typeof(DllImportAttribute)))
+                    foreach (var p in m.GetParameters())
+                        if (typeof(Delegate).IsAssignableFrom(p.ParameterType)) native.Add(p.ParameterType);
+        var bad = new List<string>();
+        found = 0;
+        const BindingFlags all = BindingFlags.Public | BindingFlags.NonPublic | BindingFlags.Instance |
+                                 BindingFlags.Static | BindingFlags.DeclaredOnly;
+        foreach (var t in asm.GetTypes())
+            foreach (var mb in t.GetMethods(all).Cast<MethodBase>().Concat(t.GetConstructors(all)))
+            {
+                var body = mb.GetMethodBody();
+                if (body == null) continue;
+                var il = body.GetILAsByteArray();
+                for (int i = 0; i + 11 <= il.Length; i++)
+                {
+                    if (il[i] != 0xFE || il[i + 1] != 0x06 || il[i + 6] != 0x73) continue; // ldftn; newobj
+                    MethodBase target, ctor;
+                    try { target = mb.Module.ResolveMethod(BitConverter.ToInt32(il, i + 2)); ctor = mb.Module.ResolveMethod(BitConverter.ToInt32(il, i + 7)); }
+                    catch (ArgumentException) { continue; }
+                    if (!native.Contains(ctor.DeclaringType)) continue;
+                    found++;
+                    var attr = target.GetCustomAttributes(false).FirstOrDefault(a => a.GetType().Name == "MonoPInvokeCallbackAttribute");
+                    var dtype = attr?.GetType().GetProperty("DelegateType")?.GetValue(attr) as Type;
+                    if (!target.IsStatic || dtype != ctor.DeclaringType)
+                        bad.Add($"{mb.DeclaringType.Name}.{mb.Name} passes {target.DeclaringType.Name}.{target.Name} " +
+                                $"(static {target.IsStatic}, [MonoPInvokeCallback(typeof({dtype?.Name ?? "-"}))]) as {ctor.DeclaringType.Name}");
+                }
+            }
+        return bad;
+    }
+
+    // The DllImport library names of every import in `asm`.
+    static HashSet<string> ImportNames(Assembly asm) =>
+        new HashSet<string>(asm.GetTypes().SelectMany(t => t.GetMethods(BindingFlags.Public | BindingFlags.NonPublic | BindingFlags.Static))
+            .Select(m => (DllImportAttribute)Attribute.GetCustomAttribute(m, typeof(DllImportAttribute)))
+            .Where(a => a != null).Select(a => a.Value));
 
     static readonly List<KeyValuePair<string, Action>> cases = new List<KeyValuePair<string, Action>>
     {
@@ -160,6 +214,71 @@ static class Tests
                 s.Decode(Bos, null);
             }
         }),
+        Case("native callbacks are static [MonoPInvokeCallback] methods (IL2CPP / AOT)", () =>
+        {
+            int found;
+            var bad = NativeCallbackViolations(typeof(Model).Assembly, out found);
+            Assert(found >= 1, "no delegate handed to native code was found: the scan is broken");
+            Assert(bad.Count == 0, string.Join("; ", bad));
+        }),
+        Case("DllImport name: needle, or __Internal with NEEDLE_STATIC", () =>
+        {
+            var names = ImportNames(typeof(Model).Assembly);
+            Assert(names.SetEquals(new[] { "needle" }), "imports: " + string.Join(",", names));
+            string staticDll = Path.Combine(AppDomain.CurrentDomain.BaseDirectory, "NeedleStatic.dll");
+            Assert(File.Exists(staticDll), "build.sh builds NeedleStatic.dll (-define:NEEDLE_STATIC)");
+            var staticNames = ImportNames(Assembly.LoadFile(staticDll));
+            Assert(staticNames.SetEquals(new[] { "__Internal" }), "static imports: " + string.Join(",", staticNames));
+        }),
+        Case("state is busy inside its own callback", () =>
+        {
+            using (var m = Tiny())
+            using (var s = m.NewState())
+            using (var other = m.NewState())
+            {
+                var seen = new List<NeedleException>();
+                var r = s.Generate("Hello", new GenerateOptions { MaxTokens = 4 }, null, (id, text) =>
+                {
+                    if (seen.Count > 0) return false;
+                    seen.Add(Catch(() => s.Decode(5, null)));
+                    seen.Add(Catch(() => s.Prefill(new uint[] { 5 }, null, null)));
+                    seen.Add(Catch(() => s.Generate("x")));
+                    other.Decode(5, null); // another state is free to use
+                    return false;
+                });
+                Assert(seen.Count == 3, "three calls");
+                foreach (var e in seen)
+                    Assert(e != null && e.Status == Status.InvalidArgument && e.Message.Contains("state is busy in needle_generate"),
+                           e == null ? "call accepted" : e.Status + ": " + e.Message);
+                Assert(other.Position == 1, "other state fed");
+                Assert(s.Position == r.PromptTokens + r.GeneratedTokens, "sequence unchanged by the refused calls");
+            }
+        }),
+        Case("ABI is checked before any other function (stub libraries)", () =>
+        {
+            if (!File.Exists("/usr/bin/cc")) return; // no compiler: nothing to build stubs with
+            var stubs = new[]
+            {
+                new[] { "int32_t needle_check_abi(uint32_t v) { return v == 1 ? 0 : 4; }\nconst char *needle_last_error(void) { return \"\"; }", "has no needle_" },
+                new[] { "int32_t needle_check_abi(uint32_t v) { (void)v; return 4; }\nconst char *needle_last_error(void) { return \"stub implements ABI 2\"; }", "stub implements ABI 2" },
+                new[] { "int needle_other(void) { return 0; }", "has no needle_check_abi" },
+            };
+            foreach (var stub in stubs)
+            {
+                string dir = Path.Combine(Path.GetTempPath(), "needle-cs-stub-" + Guid.NewGuid().ToString("N"));
+                Directory.CreateDirectory(dir);
+                try
+                {
+                    File.WriteAllText(Path.Combine(dir, "stub.c"), "#include <stdint.h>\n" + stub[0] + "\n");
+                    Assert(Run("/usr/bin/cc", $"-shared -fPIC -o {dir}/libneedle.so {dir}/stub.c", null) != null, "cc");
+                    string exe = Assembly.GetExecutingAssembly().Location;
+                    string mono = Process.GetCurrentProcess().MainModule.FileName;
+                    string output = Run(mono, $"\"{exe}\" --abi-probe", dir) ?? "";
+                    Assert(output.StartsWith("NeedleException Unsupported") && output.Contains(stub[1]), "probe said: " + output);
+                }
+                finally { Directory.Delete(dir, true); }
+            }
+        }),
         Case("handles dispose in any order", () =>
         {
             var m = Tiny();
@@ -180,8 +299,32 @@ static class Tests
 
     static KeyValuePair<string, Action> Case(string name, Action a) => new KeyValuePair<string, Action>(name, a);
 
-    static int Main()
+    // Runs a program; returns its stdout (null if it failed to start or exited non-zero).
+    // `libDir` != null puts that folder first on LD_LIBRARY_PATH.
+    static string Run(string file, string args, string libDir)
     {
+        var psi = new ProcessStartInfo(file, args) { UseShellExecute = false, RedirectStandardOutput = true };
+        if (libDir != null) psi.EnvironmentVariables["LD_LIBRARY_PATH"] = libDir;
+        using (var p = Process.Start(psi))
+        {
+            string output = p.StandardOutput.ReadToEnd();
+            p.WaitForExit();
+            return p.ExitCode == 0 ? output.Trim() : null;
+        }
+    }
+
+    // Child mode of the stub test: the first load must fail with Unsupported, not EntryPointNotFound.
+    static int AbiProbe()
+    {
+        try { new Model("/nonexistent.cact").Dispose(); Console.WriteLine("loaded"); }
+        catch (NeedleException e) { Console.WriteLine($"NeedleException {e.Status}: {e.Message}"); }
+        catch (Exception e) { Console.WriteLine($"{e.GetType().Name}: {e.Message}"); }
+        return 0;
+    }
+
+    static int Main(string[] args)
+    {
+        if (args.Length == 1 && args[0] == "--abi-probe") return AbiProbe();
         fixtures = Environment.GetEnvironmentVariable("NEEDLE_FIXTURES");
         if (string.IsNullOrEmpty(fixtures)) // <repo>/bindings/csharp/bin/Tests.exe -> <repo>/../shared/fixtures
             fixtures = Path.GetFullPath(Path.Combine(AppDomain.CurrentDomain.BaseDirectory, "..", "..", "..", "..", "shared", "fixtures"));

@@ -8,6 +8,10 @@
 // Every handle has an explicit Close (idempotent) and a finalizer as a safety net. Handles may be
 // closed in any order: the C library keeps a model alive while its states and batches exist.
 //
+// The ABI check (needle_check_abi, at package initialisation) is the first call the package makes
+// into the library; Load returns its error. The dynamic loader binds the other symbols of the
+// linked library, so none is called before the ABI is known.
+//
 // Failures are *Error values with the Status and the library's message. The message is copied
 // inside the same cgo call that failed (see wrap.c), because needle_last_error is per OS thread.
 //

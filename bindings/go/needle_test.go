@@ -246,6 +246,51 @@ func TestCallbackStopAndPanic(t *testing.T) {
 	}
 }
 
+// Issue 13: calls on a state from its own Generate callback used to be accepted and changed the
+// sequence under generate.
+func TestStateBusyInsideItsOwnCallback(t *testing.T) {
+	m := tiny(t)
+	s, err := m.NewState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other, err := m.NewState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var seen []error
+	p := DefaultGenerateParams()
+	p.MaxTokens = 4
+	r, err := s.Generate("Hello", p, nil, func(uint32, string) bool {
+		if seen == nil {
+			seen = append(seen, s.Decode(5, nil), s.Prefill([]uint32{5}, nil, nil))
+			_, gerr := s.Generate("x", DefaultGenerateParams(), nil, nil)
+			seen = append(seen, gerr)
+			if err := other.Decode(5, nil); err != nil {
+				t.Errorf("another state: %v", err)
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 {
+		t.Fatalf("%d calls recorded", len(seen))
+	}
+	for i, e := range seen {
+		ne := wantStatus(t, e, ErrInvalidArgument)
+		if ne != nil && !strings.Contains(ne.Message, "state is busy in needle_generate") {
+			t.Errorf("call %d: %q", i, ne.Message)
+		}
+	}
+	if other.Pos() != 1 || s.Pos() != r.PromptTokens+r.GeneratedTokens {
+		t.Errorf("positions: other %d, state %d (want %d)", other.Pos(), s.Pos(), r.PromptTokens+r.GeneratedTokens)
+	}
+}
+
 func TestCloseInAnyOrder(t *testing.T) {
 	m := tiny(t)
 	s, _ := m.NewState()

@@ -15,7 +15,9 @@ of the failing call, read right after it on the same thread).
 
 The library is found, in order, at $NEEDLE_LIB (a file), in $NEEDLE_LIB_DIR, in the repository's
 build directory (../../build from this file), then by the system loader (libneedle.so.1).
-Importing this module checks the library's ABI (needle_check_abi) and refuses a mismatch.
+Importing this module checks the library's ABI (needle_check_abi) before it resolves any other
+function, and raises NeedleError (status E_UNSUPPORTED) for a mismatch, for a library without
+needle_check_abi, and for one that lacks a function of the ABI it claims.
 """
 
 import ctypes
@@ -148,11 +150,32 @@ def _open_library():
         except OSError as e:
             errors.append(str(e))
             continue
+        _check_abi_first(lib, path)
         for name, (restype, argtypes) in _SIGNATURES.items():
-            fn = getattr(lib, name)
+            fn = getattr(lib, name, None)
+            if fn is None:
+                raise NeedleError(E_UNSUPPORTED, "%s implements needle ABI %d but has no %s"
+                                  % (path, ABI_VERSION, name))
             fn.restype, fn.argtypes = restype, argtypes
         return lib
     raise ImportError("needle: cannot load libneedle (set NEEDLE_LIB_DIR): " + "; ".join(errors))
+
+
+def _check_abi_first(library, path):
+    """needle_check_abi is the one function resolved before the ABI is known to match."""
+    fn = getattr(library, "needle_check_abi", None)
+    if fn is None:
+        raise NeedleError(E_UNSUPPORTED, "%s has no needle_check_abi: not libneedle, or older than "
+                          "its first ABI" % path)
+    fn.restype, fn.argtypes = ctypes.c_int32, [ctypes.c_uint32]
+    status = fn(ABI_VERSION)
+    if status != OK:
+        last_error = getattr(library, "needle_last_error", None)  # ABI 1 has it; read it right away
+        message = ""
+        if last_error is not None:
+            last_error.restype, last_error.argtypes = ctypes.c_char_p, []
+            message = _decode(last_error())
+        raise NeedleError(E_UNSUPPORTED, message or "%s refused needle ABI %d" % (path, ABI_VERSION))
 
 
 def check_abi(library, expected=ABI_VERSION):

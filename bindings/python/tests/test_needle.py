@@ -4,7 +4,9 @@ Run from the repository root:  python3 -m unittest discover -s bindings/python/t
 Fixtures: $NEEDLE_FIXTURES, else ../shared/fixtures relative to the repository root."""
 import ctypes
 import os
+import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -152,6 +154,80 @@ class ModelTest(unittest.TestCase):
             raise KeyError("from callback")
         with self.assertRaises(KeyError):
             self.generate(callback=boom)
+
+    def test_state_is_busy_inside_its_own_callback(self):
+        # Issue 13: these calls used to be accepted and changed the sequence under generate.
+        with self.model.new_state() as s, self.model.new_state() as other:
+            calls = [lambda: s.decode(5), lambda: s.prefill([5]), lambda: s.generate("x")]
+            seen = []
+
+            def reenter(token, text):
+                if not seen:
+                    for call in calls:
+                        try:
+                            call()
+                            seen.append(None)
+                        except needle.NeedleError as e:
+                            seen.append((e.status, e.message))
+                    other.decode(5)  # another state is free to use
+                return False
+
+            r = s.generate("Hello", max_tokens=4, callback=reenter)
+            self.assertEqual(len(seen), 3)
+            for status, message in seen:
+                self.assertEqual(status, needle.E_INVALID_ARGUMENT)
+                self.assertIn("state is busy in needle_generate", message)
+            self.assertEqual(other.pos, 1)
+            self.assertEqual(s.pos, r.prompt_tokens + r.generated_tokens)
+
+
+# A library that is not libneedle, or lacks part of the ABI it claims: importing the binding must
+# raise NeedleError(E_UNSUPPORTED) naming the problem (issue 13: it raised AttributeError).
+STUB_GOOD_ABI = r"""
+#include <stdint.h>
+int32_t needle_check_abi(uint32_t v) { return v == 1 ? 0 : 4; }
+const char *needle_last_error(void) { return "stub"; }
+"""
+STUB_OTHER_ABI = r"""
+#include <stdint.h>
+int32_t needle_check_abi(uint32_t v) { (void)v; return 4; }
+const char *needle_last_error(void) { return "caller expects needle ABI 1, library implements ABI 2"; }
+"""
+STUB_NO_ABI = "int needle_version_major(void) { return 1; }\n"
+
+
+@unittest.skipUnless(shutil.which("cc"), "needs a C compiler for the stub libraries")
+class AbiFirstTest(unittest.TestCase):
+    def import_with(self, source):
+        with tempfile.TemporaryDirectory() as d:
+            c, so = os.path.join(d, "stub.c"), os.path.join(d, "libstub.so")
+            with open(c, "w") as f:
+                f.write(source)
+            subprocess.run(["cc", "-shared", "-fPIC", "-o", so, c], check=True)
+            probe = ("import sys; sys.path.insert(0, %r)\n"
+                     "try:\n    import needle\n    print('imported')\n"
+                     "except Exception as e:\n"
+                     "    print(type(e).__name__, getattr(e, 'status', None), e)\n"
+                     % os.path.dirname(HERE))
+            env = dict(os.environ, NEEDLE_LIB=so)
+            out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                                 text=True, check=True)
+            return out.stdout.strip()
+
+    def test_missing_function_is_unsupported(self):
+        out = self.import_with(STUB_GOOD_ABI)
+        self.assertTrue(out.startswith("NeedleError 4 "), out)
+        self.assertIn("has no needle_", out)
+
+    def test_other_abi_is_unsupported_with_the_library_message(self):
+        out = self.import_with(STUB_OTHER_ABI)
+        self.assertTrue(out.startswith("NeedleError 4 "), out)
+        self.assertIn("library implements ABI 2", out)
+
+    def test_no_check_abi_is_unsupported(self):
+        out = self.import_with(STUB_NO_ABI)
+        self.assertTrue(out.startswith("NeedleError 4 "), out)
+        self.assertIn("has no needle_check_abi", out)
 
 
 class CloseOrderTest(unittest.TestCase):

@@ -17,8 +17,11 @@
 //! Errors are [`Error`] values carrying the [`Status`] and `needle_last_error()` of the failing
 //! call, read right after it on the same thread. The raw declarations are in [`sys`].
 //!
-//! The ABI is checked (`needle_check_abi`) once, before the first model load; a library built for
-//! another ABI makes every load fail with [`Status::Unsupported`].
+//! The ABI is checked (`needle_check_abi`) once, before the first model load, and that check is the
+//! first call the crate makes into the library; a library built for another ABI makes every load
+//! fail with [`Status::Unsupported`]. The crate links libneedle, so the dynamic loader binds every
+//! symbol when the program starts: a library lacking one is refused by the loader before any Rust
+//! code runs (no call to a missing function can happen).
 
 pub mod sys;
 

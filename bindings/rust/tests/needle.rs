@@ -170,6 +170,54 @@ fn callback_stop_and_panic() {
     s.decode(BOS, &mut []).unwrap(); // the state is still usable
 }
 
+/// Issue 13: calls on a state from its own generate callback used to be accepted. The safe API
+/// cannot make them (the state is borrowed), so they go through the raw pointer.
+#[test]
+fn state_is_busy_inside_its_own_callback() {
+    let m = tiny();
+    let mut s = State::new(&m).unwrap();
+    let mut other = State::new(&m).unwrap();
+    let raw = s.as_ptr();
+    let mut seen: Vec<(i32, String)> = Vec::new();
+    let params = GenerateParams { max_tokens: 4, ..GenerateParams::default() };
+    let r = s
+        .generate("Hello", &params, None, |_, _| {
+            if seen.is_empty() {
+                let t = 5u32;
+                let last =
+                    || unsafe { std::ffi::CStr::from_ptr(sys::needle_last_error()) }.to_string_lossy().into_owned();
+                let st = unsafe { sys::needle_state_decode(raw, t, std::ptr::null_mut(), 0) };
+                seen.push((st, last()));
+                let st =
+                    unsafe { sys::needle_state_prefill(raw, std::ptr::null_mut(), &t, 1, std::ptr::null_mut(), 0) };
+                seen.push((st, last()));
+                let st = unsafe {
+                    sys::needle_generate(
+                        raw,
+                        std::ptr::null_mut(),
+                        b"x".as_ptr() as *const _,
+                        1,
+                        std::ptr::null(),
+                        None,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                seen.push((st, last()));
+                other.decode(t, &mut []).unwrap(); // another state is free to use
+            }
+            false
+        })
+        .unwrap();
+    assert_eq!(seen.len(), 3);
+    for (st, msg) in &seen {
+        assert_eq!(*st, sys::NEEDLE_E_INVALID_ARGUMENT, "{msg}");
+        assert!(msg.contains("state is busy in needle_generate"), "{msg}");
+    }
+    assert_eq!(other.pos(), 1);
+    assert_eq!(s.pos(), r.prompt_tokens + r.generated_tokens);
+}
+
 #[test]
 fn handles_drop_in_any_order() {
     let m = tiny();

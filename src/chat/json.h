@@ -1,0 +1,58 @@
+// JSON as Python's json.loads reads it and json.dumps(separators=(",", ":")) writes it
+// (tool-calling.md §3.3). Used for the tools list, the calls payload and tool results.
+//
+// Own iterative parser rather than nlohmann's: Python accepts lone-surrogate escapes and the
+// NaN / Infinity / -Infinity literals, which nlohmann rejects, and the canonical form needs
+// each number's original text anyway. Iterative (explicit stack), so nesting depth costs heap,
+// not C stack, and is refused past JsonLimits::max_depth.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace needle {
+namespace chat {
+
+// A JSON value as Python's json.loads sees it (tool-calling.md §3.3).
+struct JsonValue {
+    enum class Kind : uint8_t { Null, False, True, Int, Float, String, Array, Object };
+    Kind kind = Kind::Null;
+    std::string text;   // Int: Python int digits ("-0" -> "0"); Float: Python repr ("100.0",
+                        // "1e-05", "Infinity", "NaN"); String: decoded text (UTF-8; a lone
+                        // surrogate escape kept so the writer gives it back unchanged)
+    double number = 0;  // Int / Float as a double (Int may be inexact past 2^53)
+    std::vector<JsonValue> items;                            // Array
+    std::vector<std::pair<std::string, JsonValue>> members;  // Object: first position, last value
+    const JsonValue *find(std::string_view key) const;       // Object member or nullptr
+};
+
+// Limits checked before anything is allocated from the input. The value's nesting depth bounds
+// every recursion over it (destructor included), so keep max_depth small.
+struct JsonLimits {
+    uint32_t max_depth = 64;                 // arrays/objects nested (the top level is depth 1)
+    size_t max_bytes = size_t(16) << 20;     // input length
+    size_t max_values = size_t(1) << 21;     // scalars + containers (bounds memory: ~100 B each)
+};
+
+// Throws needle::Error(NEEDLE_E_INVALID_ARGUMENT, specific message with the byte offset) on
+// invalid JSON / UTF-8 / depth or size over the limits. Never recurses.
+// A lone surrogate escape (\ud800) is stored as its 3-byte generalized-UTF-8 form (ED A0 80),
+// which write_canonical_string turns back into the escape.
+JsonValue parse_json(std::string_view utf8, const JsonLimits &limits = {});
+
+// Appends json.dumps(v, separators=(",", ":"), ensure_ascii=True) of v (§3.3). Iterative.
+void write_canonical(const JsonValue &v, std::string &out);
+
+// Appends the §3.3 JSON string literal (with quotes) of a decoded string. Bytes that are not
+// (generalized) UTF-8 are written as \ufffd.
+void write_canonical_string(std::string_view decoded, std::string &out);
+
+// Python repr of a binary64 (§3.3): "100.0", "1e-05", "1e+16", "-0.0", "Infinity", "NaN".
+std::string python_float_repr(double d);
+
+}  // namespace chat
+}  // namespace needle
