@@ -34,6 +34,11 @@ double dot_double(const float *a, const float *b, uint32_t n) {
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// acc[d] += e * x[d] in double (restrict: the compiler vectorises it).
+void axpy_double(double e, const float *__restrict x, double *__restrict acc, uint32_t n) {
+    for (uint32_t d = 0; d < n; ++d) acc[d] += e * double(x[d]);
+}
+
 }  // namespace
 
 void ProbePool::reset() {
@@ -122,7 +127,7 @@ void Needle2Model::pool_cells(ProbePool &pool, uint32_t c, const float *X, const
             }
             const double e = std::exp(z - a[0]);
             a[1] += e;
-            for (uint32_t d = 0; d < D; ++d) a[2 + d] += e * double(cell[d]);
+            axpy_double(e, cell, a + 2, D);
         }
     };
     // Probes are independent: split them over the arena's threads when the work pays for it.
