@@ -48,7 +48,8 @@ needle_status needle_state_confidence(const needle_state *state, float *probabil
     const char *fn = "needle_state_confidence";
     if (!state || !probability) return fail_with(NEEDLE_E_INVALID_ARGUMENT, fn, "state or probability is NULL");
     return guarded(fn, [&] {
-        *probability = needle::confidence_probability(*state->model, *state->seq);
+        if (!state->model->confidence(*state->seq, probability))
+            return fail_with(NEEDLE_E_UNSUPPORTED, fn, "this model has no confidence head");
         return NEEDLE_OK;
     });
 }

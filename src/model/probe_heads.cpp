@@ -4,10 +4,12 @@
 
 namespace needle {
 
-float confidence_probability(const Model &m, const Sequence &seq) {
+bool Model::confidence(const Sequence &seq, float *p) const {
+    if (probe_head_dim(ProbeHead::Confidence) == 0) return false;
     float logit = 0.0f;
-    m.probe_head_output(seq, ProbeHead::Confidence, &logit);
-    return float(1.0 / (1.0 + std::exp(-double(logit))));
+    probe_head_output(seq, ProbeHead::Confidence, &logit);
+    *p = float(1.0 / (1.0 + std::exp(-double(logit))));
+    return true;
 }
 
 void contrastive_embedding(const Model &m, const Sequence &seq, float *out) {
