@@ -22,6 +22,7 @@ needle_check_abi, and for one that lacks a function of the ABI it claims.
 
 import ctypes
 import ctypes.util
+import json
 import os
 from array import array
 
@@ -56,11 +57,12 @@ NO_TOKEN = 0xFFFFFFFF
 
 class _ModelParams(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("use_mmap", ctypes.c_int32),
-                ("n_threads", ctypes.c_int32)]
+                ("n_threads", ctypes.c_int32), ("depth", ctypes.c_uint32)]
 
 
 class _StateParams(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("kv_window", ctypes.c_int32), ("kv_type", ctypes.c_int32)]
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kv_window", ctypes.c_int32), ("kv_type", ctypes.c_int32),
+                ("max_tokens", ctypes.c_uint32)]
 
 
 class _ModelInfo(ctypes.Structure):
@@ -68,7 +70,9 @@ class _ModelInfo(ctypes.Structure):
         "struct_size", "format_version", "vocab_size", "d_model", "num_layers", "num_heads",
         "num_kv_heads", "head_dim", "v_head_dim", "max_seq_len", "kv_window", "mhc_lanes",
         "num_engram_sites", "bos_id", "eos_id", "pad_id", "unk_id", "has_tokenizer")] + [
-        ("weight_bytes", ctypes.c_uint64), ("file_bytes", ctypes.c_uint64)]
+        ("weight_bytes", ctypes.c_uint64), ("file_bytes", ctypes.c_uint64),
+        ("out_vocab", ctypes.c_uint32), ("global_layer_mask", ctypes.c_uint64)] + [
+        (name, ctypes.c_uint32) for name in ("qkv_conv_taps", "has_confidence_head", "has_contrastive_head")]
 
 
 class _GenerateParams(ctypes.Structure):
@@ -92,6 +96,12 @@ _vp = ctypes.c_void_p
 _st = ctypes.c_int32
 _size = ctypes.c_size_t
 
+class _ChatParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("tool_choice", ctypes.c_int32),
+                ("kv_type", ctypes.c_int32), ("grammar", ctypes.c_int32),
+                ("require_required", ctypes.c_int32), ("stop_needs_call", ctypes.c_int32)]
+
+
 # name: (restype, argtypes)
 _SIGNATURES = {
     "needle_abi_version": (ctypes.c_uint32, []),
@@ -112,6 +122,7 @@ _SIGNATURES = {
     "needle_state_free": (None, [_vp]),
     "needle_state_reset": (None, [_vp]),
     "needle_state_pos": (ctypes.c_uint32, [_vp]),
+    "needle_state_confidence": (_st, [_vp, ctypes.POINTER(ctypes.c_float)]),
     "needle_batch_create": (_st, [_vp, ctypes.c_uint32, ctypes.POINTER(_vp)]),
     "needle_batch_free": (None, [_vp]),
     "needle_state_decode": (_st, [_vp, ctypes.c_uint32, _f32p, _size]),
@@ -129,6 +140,15 @@ _SIGNATURES = {
     "needle_generate_params_init": (None, [ctypes.POINTER(_GenerateParams)]),
     "needle_generate": (_st, [_vp, _vp, ctypes.c_char_p, _size, ctypes.POINTER(_GenerateParams),
                               _TOKEN_CALLBACK, _vp, ctypes.POINTER(_GenerateResult)]),
+    "needle_chat_params_init": (None, [ctypes.POINTER(_ChatParams)]),
+    "needle_chat_create": (_st, [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_ChatParams),
+                                 ctypes.POINTER(_vp)]),
+    "needle_chat_render": (_st, [_vp, ctypes.c_char_p, ctypes.c_char_p, _size, ctypes.POINTER(_size)]),
+    "needle_chat_complete": (_st, [_vp, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_char_p, _size,
+                                   ctypes.POINTER(_size)]),
+    "needle_chat_reset": (None, [_vp]),
+    "needle_chat_free": (None, [_vp]),
+    "needle_chat_tools_json": (_st, [_vp, ctypes.c_char_p, _size, ctypes.POINTER(_size)]),
 }
 
 
@@ -287,21 +307,22 @@ class Model(_Handle):
 
     _free = "needle_model_free"
 
-    def __init__(self, path, use_mmap=True, n_threads=0):
+    def __init__(self, path, use_mmap=True, n_threads=0, depth=0):
+        """depth: Needle 3 depth-ladder rung (0 = all layers, 2..num_layers; Needle 2: 0 only)."""
         super().__init__(None)
-        p = self._params(use_mmap, n_threads)
+        p = self._params(use_mmap, n_threads, depth)
         out = ctypes.c_void_p()
         _check(lib.needle_model_load_file(os.fsencode(path), ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
         self.info = self._read_info()
 
     @classmethod
-    def from_bytes(cls, data, n_threads=0):
+    def from_bytes(cls, data, n_threads=0, depth=0):
         """Loads a container from memory (the bytes are copied)."""
         self = cls.__new__(cls)
         _Handle.__init__(self, None)
         data = bytes(data)
-        p = cls._params(True, n_threads)
+        p = cls._params(True, n_threads, depth)
         out = ctypes.c_void_p()
         _check(lib.needle_model_load_memory(data, len(data), ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
@@ -309,10 +330,10 @@ class Model(_Handle):
         return self
 
     @staticmethod
-    def _params(use_mmap, n_threads):
+    def _params(use_mmap, n_threads, depth=0):
         p = _ModelParams()
         lib.needle_model_params_init(ctypes.byref(p))
-        p.use_mmap, p.n_threads = int(bool(use_mmap)), int(n_threads)
+        p.use_mmap, p.n_threads, p.depth = int(bool(use_mmap)), int(n_threads), int(depth)
         return p
 
     def _read_info(self):
@@ -345,9 +366,13 @@ class Model(_Handle):
                                            ctypes.byref(n)))
         return buf.raw[:n.value].decode("utf-8")
 
-    def new_state(self, kv_window=-1, int8_kv=False):
+    def new_state(self, kv_window=-1, int8_kv=False, max_tokens=0):
         """A new empty sequence (see State)."""
-        return State(self, kv_window, int8_kv)
+        return State(self, kv_window, int8_kv, max_tokens)
+
+    def new_chat(self, tools="[]", system="", tool_choice="auto"):
+        """A tool-calling conversation on this model (see Chat)."""
+        return Chat(self, tools, system, tool_choice)
 
     def new_batch(self, capacity):
         """Prefill scratch for chunks of up to `capacity` positions (see Batch)."""
@@ -389,19 +414,21 @@ class State(_Handle):
 
     _free = "needle_state_free"
 
-    def __init__(self, model, kv_window=-1, int8_kv=False):
+    def __init__(self, model, kv_window=-1, int8_kv=False, max_tokens=0):
         """kv_window: -1 the model's window, 0 full causal, > 0 that many tokens. int8_kv: an int8
-        KV cache (3.8x smaller at head_dim 64, logits not bit-faithful; needle.h needle_kv_type)."""
+        KV cache (3.8x smaller at head_dim 64, logits not bit-faithful; needle.h needle_kv_type).
+        max_tokens: positions the state can hold (0 = max_seq_len); its memory is sized for them."""
         super().__init__(None)
         p = _StateParams()
         lib.needle_state_params_init(ctypes.byref(p))
         p.kv_window = kv_window
         p.kv_type = 1 if int8_kv else 0
+        p.max_tokens = int(max_tokens)
         out = ctypes.c_void_p()
         _check(lib.needle_state_create_ex(model._handle, ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
         # needle.h has no state->model accessor, so remember what logits buffers need.
-        self.vocab_size = model.info.vocab_size
+        self.vocab_size = model.info.out_vocab  # logits rows
 
     @property
     def pos(self):
@@ -411,6 +438,13 @@ class State(_Handle):
     def reset(self):
         """Rewinds to position 0."""
         lib.needle_state_reset(self._handle)
+
+    def confidence(self):
+        """sigma(confidence head) over every position fed so far (NeedleError UNSUPPORTED when the
+        model has no such head, INVALID_ARGUMENT before the first token)."""
+        p = ctypes.c_float()
+        _check(lib.needle_state_confidence(self._handle, ctypes.byref(p)))
+        return p.value
 
     def _logits(self, want):
         if not want:
@@ -506,6 +540,65 @@ class State(_Handle):
         if status != E_CANCELLED:
             _check(status)
         return GenerateResult("".join(pieces), tokens, res)
+
+
+TOOL_CHOICES = {"auto": 0, "required": 1, "none": 2}
+
+
+class Chat(_Handle):
+    """One tool-calling conversation (needle.h needle_chat; spec tool-calling.md).
+
+    `tools`: a list of JSON-schema dicts (sent as json.dumps) or a JSON string; `system`: system
+    facts; `tool_choice`: "auto", "required" or "none". complete() returns the envelope as a
+    dict with the keys in the documented order. Use from one thread at a time."""
+
+    _free = "needle_chat_free"
+    buffer_size = 1 << 20  # bytes for one envelope
+
+    def __init__(self, model, tools="[]", system="", tool_choice="auto"):
+        super().__init__(None)
+        if tool_choice not in TOOL_CHOICES:
+            raise ValueError("tool_choice must be one of %s" % sorted(TOOL_CHOICES))
+        p = _ChatParams()
+        lib.needle_chat_params_init(ctypes.byref(p))
+        p.tool_choice = TOOL_CHOICES[tool_choice]
+        tools_json = tools if isinstance(tools, str) else json.dumps(tools)
+        out = ctypes.c_void_p()
+        _check(lib.needle_chat_create(model._handle, (system or "").encode("utf-8"),
+                                      tools_json.encode("utf-8"), ctypes.byref(p), ctypes.byref(out)))
+        self._ptr = out.value
+        self._model = model  # the library keeps the model alive; this keeps the Python object too
+
+    def _text(self, fn, *args):
+        n = _size()
+        status = fn(self._handle, *args, None, 0, ctypes.byref(n))
+        if status != E_BUFFER_TOO_SMALL:
+            _check(status)
+        buf = ctypes.create_string_buffer(n.value + 1)
+        _check(fn(self._handle, *args, buf, len(buf), ctypes.byref(n)))
+        return buf.raw[:n.value].decode("utf-8")
+
+    def render(self, text):
+        """The exact prompt text the next complete(text) would feed (no BOS)."""
+        return self._text(lib.needle_chat_render, text.encode("utf-8"))
+
+    @property
+    def tools_json(self):
+        """The canonical tools JSON placed between <tools> and </tools>."""
+        return self._text(lib.needle_chat_tools_json)
+
+    def complete(self, text, max_new_tokens=256):
+        """One turn; returns the envelope dict (success False for a failed turn)."""
+        raw = text.encode("utf-8")
+        buf = ctypes.create_string_buffer(self.buffer_size)
+        n = _size()
+        # A too-small buffer raises (the turn ran; it is not re-run): raise buffer_size instead.
+        _check(lib.needle_chat_complete(self._handle, raw, max_new_tokens, buf, len(buf), ctypes.byref(n)))
+        return json.loads(buf.raw[:n.value].decode("utf-8"), object_pairs_hook=dict)
+
+    def reset(self):
+        """Rewinds to the cached tools prefix; tools and system stay."""
+        lib.needle_chat_reset(self._handle)
 
 
 lib = _open_library()

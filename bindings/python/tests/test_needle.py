@@ -302,5 +302,82 @@ class CloseOrderTest(unittest.TestCase):
             model.tokenize("x")
 
 
+WEATHER = [{"name": "get_weather", "description": "Get the weather for a city.",
+            "parameters": {"type": "object",
+                           "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                           "required": ["city"]}}]
+ENVELOPE_KEYS = ["type", "success", "error", "error_code", "reason", "function_calls",
+                 "suppressed_calls", "reasoning", "confidence", "prefill_tps", "decode_tps",
+                 "peak_ram_mb"]
+
+
+class ChatTest(unittest.TestCase):
+    def test_render_and_canonical_tools(self):
+        with needle.Model(TINY) as m, m.new_chat(WEATHER, system="date: 2026-07-21") as chat:
+            tools = '[{"name":"get_weather","description":"Get the weather for a city.",' \
+                    '"parameters":{"type":"object","properties":{"city":{"type":"string",' \
+                    '"enum":["Paris","Oslo"]}},"required":["city"]}}]'
+            self.assertEqual(chat.tools_json, tools)
+            self.assertEqual(chat.render("Paris?"),
+                             "<|im_start|>system\ndate: 2026-07-21<|im_end|>\n<|im_start|>user\n<tools>"
+                             + tools + "</tools>\nParis?<|im_end|>\n<|im_start|>assistant\n")
+
+    def test_required_call_then_reset(self):
+        with needle.Model(TINY) as m, needle.Chat(m, WEATHER, tool_choice="required") as chat:
+            env = chat.complete("What's the weather in Paris?", 64)
+            self.assertEqual(list(env), ENVELOPE_KEYS)
+            self.assertTrue(env["success"], env)
+            self.assertEqual(len(env["function_calls"]), 1)
+            self.assertEqual(env["function_calls"][0]["name"], "get_weather")
+            self.assertIn(env["function_calls"][0]["arguments"]["city"], ("Paris", "Oslo"))
+            chat.reset()
+            self.assertEqual(chat.complete("What's the weather in Paris?", 64)["function_calls"],
+                             env["function_calls"])
+
+    def test_truncated_and_bad_tools(self):
+        with needle.Model(TINY) as m:
+            with m.new_chat(WEATHER, tool_choice="required") as chat:
+                env = chat.complete("Paris?", 3)
+                self.assertFalse(env["success"])
+                self.assertEqual(env["error_code"], "truncated")
+            with self.assertRaises(needle.NeedleError) as cm:
+                m.new_chat('[{"name": 3}]')
+            self.assertEqual(cm.exception.status, needle.E_INVALID_ARGUMENT)
+            self.assertIn("name", cm.exception.message)
+            with self.assertRaises(ValueError):
+                m.new_chat(WEATHER, tool_choice="always")
+
+
 if __name__ == "__main__":
     unittest.main()
+
+
+class Needle3Test(unittest.TestCase):
+    """One Needle 3 case (fixtures/v3 manifest: tiny3 chat, f32): prefill row, confidence,
+    depth and max_tokens through the binding."""
+
+    def test_tiny3_chat(self):
+        import json
+        v3 = os.path.join(FIXTURES, "v3")
+        with open(os.path.join(v3, "manifest.json")) as f:
+            case = next(c for c in json.load(f)["cases"] if c["id"] == "tiny3__chat__f32")
+        with open(os.path.join(v3, case["prompt_file"]), "rb") as f:
+            raw = f.read()
+        prompt = list(struct.unpack("<%dI" % (len(raw) // 4), raw))
+        with open(os.path.join(v3, case["prefill_logits"]), "rb") as f:
+            raw = f.read()
+        ref = struct.unpack("<%df" % (len(raw) // 4), raw)
+        with needle.Model(os.path.join(v3, "models", "tiny3.cact")) as m:
+            self.assertEqual(m.info.format_version, 3)
+            self.assertEqual(m.info.out_vocab, case["rows"])
+            self.assertEqual(m.info.has_confidence_head, 1)
+            with m.new_state(max_tokens=len(prompt)) as s:
+                got = s.prefill(prompt)
+                self.assertLessEqual(max(abs(a - b) for a, b in zip(got, ref)), 2e-4)
+                want = 1.0 / (1.0 + 2.718281828459045 ** -case["confidence_logit"])
+                self.assertAlmostEqual(s.confidence(), want, delta=1e-4)
+                with self.assertRaises(needle.NeedleError) as cm:
+                    s.decode(prompt[0])
+                self.assertEqual(cm.exception.status, needle.E_CONTEXT_FULL)
+        with needle.Model(os.path.join(v3, "models", "tiny3.cact"), depth=3) as m:
+            self.assertEqual(m.info.num_layers, 3)
