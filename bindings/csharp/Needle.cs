@@ -148,6 +148,13 @@ namespace Needle
         [DllImport(Lib)] public static extern int needle_model_tokenize(ModelHandle model, byte[] text, UIntPtr textLen, int addBos, [In, Out] uint[] tokens, UIntPtr capacity, out UIntPtr nTokens);
         [DllImport(Lib)] public static extern int needle_model_detokenize(ModelHandle model, uint[] tokens, UIntPtr nTokens, [In, Out] byte[] text, UIntPtr capacity, out UIntPtr textLen);
 
+        // probe heads and state persistence (issue 9)
+        [DllImport(Lib)] public static extern int needle_state_confidence(StateHandle state, out float probability);
+        [DllImport(Lib)] public static extern int needle_state_embedding(StateHandle state, [In, Out] float[] output, UIntPtr outLen, out UIntPtr dim);
+        [DllImport(Lib)] public static extern int needle_state_copy(StateHandle dst, StateHandle src);
+        [DllImport(Lib)] public static extern int needle_state_save(StateHandle state, [In, Out] byte[] buf, UIntPtr cap, out UIntPtr len);
+        [DllImport(Lib)] public static extern int needle_state_load(StateHandle state, byte[] buf, UIntPtr len);
+
         [DllImport(Lib)] public static extern void needle_generate_params_init(ref GenerateParams p);
         [DllImport(Lib)] public static extern int needle_generate(StateHandle state, IntPtr batch, byte[] prompt, UIntPtr promptLen, ref GenerateParams p, TokenCallback callback, IntPtr userData, ref GenerateResult result);
 
@@ -420,6 +427,40 @@ namespace Needle
             Decode(token, logits);
             return logits;
         }
+
+        /// <summary>σ(confidence head) over every token fed so far; Status.Unsupported without the head.</summary>
+        public float Confidence()
+        {
+            NativeMethods.Check(NativeMethods.needle_state_confidence(Handle, out float p));
+            return p;
+        }
+
+        /// <summary>Unit contrastive embedding of every token fed so far (similarity = dot product).</summary>
+        public float[] Embedding()
+        {
+            int st = NativeMethods.needle_state_embedding(Handle, null, UIntPtr.Zero, out UIntPtr dim);
+            if (st != (int)Status.BufferTooSmall) NativeMethods.Check(st);
+            var output = new float[(int)dim];
+            NativeMethods.Check(NativeMethods.needle_state_embedding(Handle, output, dim, out dim));
+            return output;
+        }
+
+        /// <summary>Makes this state continue exactly as `src` (same model and options).</summary>
+        public void CopyFrom(State src) => NativeMethods.Check(NativeMethods.needle_state_copy(Handle, src.Handle));
+
+        /// <summary>The state as a versioned, checksummed blob tied to the model file.</summary>
+        public byte[] Save()
+        {
+            int st = NativeMethods.needle_state_save(Handle, null, UIntPtr.Zero, out UIntPtr len);
+            if (st != (int)Status.BufferTooSmall) NativeMethods.Check(st);
+            var buf = new byte[(int)len];
+            NativeMethods.Check(NativeMethods.needle_state_save(Handle, buf, len, out len));
+            return buf;
+        }
+
+        /// <summary>Restores a Save of the same model file and options; Status.Format (state unchanged) otherwise.</summary>
+        public void Load(byte[] blob) =>
+            NativeMethods.Check(NativeMethods.needle_state_load(Handle, blob, (UIntPtr)blob.Length));
 
         /// <summary>Feeds tokens (through `batch` if not null); `logits` (null = skip) receives the last position's logits.</summary>
         public void Prefill(uint[] tokens, Batch batch, float[] logits)

@@ -279,6 +279,34 @@ static class Tests
                 finally { Directory.Delete(dir, true); }
             }
         }),
+        Case("probe heads match the reference; copy, save and load continue identically", () =>
+        {
+            using (var m = Tiny())
+            using (var s = m.NewState())
+            using (var c = m.NewState())
+            using (var l = m.NewState())
+            {
+                Throws(Status.InvalidArgument, () => s.Confidence());
+                s.Decode(Bos);
+                double p = s.Confidence();
+                double logit = Math.Log(p) - Math.Log(1 - p);
+                Assert(Math.Abs(logit - (-4.647948265075684)) < 1e-3, "confidence logit " + logit);
+                var raw = File.ReadAllBytes(Path.Combine(fixtures, "v2", "refs", "tiny", "empty.contrastive.f32"));
+                var emb = s.Embedding();
+                Assert(emb.Length * 4 == raw.Length, "embedding dim");
+                for (int i = 0; i < emb.Length; i++)
+                    Assert(Math.Abs(emb[i] - BitConverter.ToSingle(raw, 4 * i)) < 1e-4, "embedding " + i);
+                var blob = s.Save();
+                c.CopyFrom(s);
+                l.Load(blob);
+                var want = s.Decode(7);
+                Assert(want.SequenceEqual(c.Decode(7)), "copy continues");
+                Assert(want.SequenceEqual(l.Decode(7)), "load continues");
+                blob[blob.Length / 2] ^= 1;
+                Throws(Status.Format, () => l.Load(blob));
+                Assert(l.Position == 2, "state unchanged");
+            }
+        }),
         Case("handles dispose in any order", () =>
         {
             var m = Tiny();

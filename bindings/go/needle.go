@@ -418,6 +418,91 @@ func (s *State) Prefill(tokens []uint32, batch *Batch, logits []float32) error {
 	return eb.check(st)
 }
 
+// Confidence is σ(confidence head) over every token fed so far (needle_state_confidence);
+// ErrUnsupported for a model without the head.
+func (s *State) Confidence() (float32, error) {
+	if s.ptr == nil {
+		return 0, closedError("state")
+	}
+	var p C.float
+	var eb errBuf
+	st := C.ngo_state_confidence(s.ptr, &p, eb.ptr(), eb.size())
+	runtime.KeepAlive(s)
+	return float32(p), eb.check(st)
+}
+
+// Embedding is the unit contrastive embedding of every token fed so far; the similarity of two
+// is their dot product. ErrUnsupported for a model without the head.
+func (s *State) Embedding() ([]float32, error) {
+	if s.ptr == nil {
+		return nil, closedError("state")
+	}
+	var dim C.size_t
+	var eb errBuf
+	st := C.ngo_state_embedding(s.ptr, nil, 0, &dim, eb.ptr(), eb.size())
+	if Status(st) != ErrBufferTooSmall {
+		runtime.KeepAlive(s)
+		return nil, eb.check(st)
+	}
+	out := make([]float32, int(dim))
+	st = C.ngo_state_embedding(s.ptr, (*C.float)(&out[0]), dim, &dim, eb.ptr(), eb.size())
+	runtime.KeepAlive(s)
+	if err := eb.check(st); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CopyFrom makes s continue exactly as src (same model and options).
+func (s *State) CopyFrom(src *State) error {
+	if s.ptr == nil || src.ptr == nil {
+		return closedError("state")
+	}
+	var eb errBuf
+	st := C.ngo_state_copy(s.ptr, src.ptr, eb.ptr(), eb.size())
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(src)
+	return eb.check(st)
+}
+
+// Save returns the state as a versioned, checksummed blob tied to the model file.
+func (s *State) Save() ([]byte, error) {
+	if s.ptr == nil {
+		return nil, closedError("state")
+	}
+	var n C.size_t
+	var eb errBuf
+	st := C.ngo_state_save(s.ptr, nil, 0, &n, eb.ptr(), eb.size())
+	if Status(st) != ErrBufferTooSmall {
+		runtime.KeepAlive(s)
+		return nil, eb.check(st)
+	}
+	buf := make([]byte, int(n))
+	st = C.ngo_state_save(s.ptr, unsafe.Pointer(&buf[0]), n, &n, eb.ptr(), eb.size())
+	runtime.KeepAlive(s)
+	if err := eb.check(st); err != nil {
+		return nil, err
+	}
+	return buf[:int(n)], nil
+}
+
+// Load restores a Save of the same model file and options; ErrFormat (state unchanged)
+// otherwise.
+func (s *State) Load(blob []byte) error {
+	if s.ptr == nil {
+		return closedError("state")
+	}
+	var p unsafe.Pointer
+	if len(blob) > 0 {
+		p = unsafe.Pointer(&blob[0])
+	}
+	var eb errBuf
+	st := C.ngo_state_load(s.ptr, p, C.size_t(len(blob)), eb.ptr(), eb.size())
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(blob)
+	return eb.check(st)
+}
+
 // GenerateParams are the generation options; start from DefaultGenerateParams().
 type GenerateParams struct {
 	MaxTokens   uint32  // generated-token budget

@@ -367,3 +367,73 @@ func TestInt8KVState(t *testing.T) {
 		t.Fatal("int8 KV gave the f32 bits: was it applied?")
 	}
 }
+
+// Probe heads after [BOS] against the tiny fixture (`empty` prompt), and state copy / save / load.
+func TestHeadsAndPersistence(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(fixtures(), "v2", "refs", "tiny", "empty.contrastive.f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := tiny(t)
+	s, err := m.NewState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Confidence(); err == nil {
+		t.Fatal("confidence before any token: no error")
+	}
+	if _, err := s.DecodeLogits(bos); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Confidence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logit := math.Log(float64(p)) - math.Log1p(-float64(p)); math.Abs(logit-(-4.647948265075684)) > 1e-3 {
+		t.Fatalf("confidence logit %g", logit)
+	}
+	emb, err := s.Embedding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(emb) != len(raw)/4 {
+		t.Fatalf("embedding dim %d", len(emb))
+	}
+	for i := range emb {
+		if ref := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])); math.Abs(float64(emb[i]-ref)) > 1e-4 {
+			t.Fatalf("embedding %d: %g vs %g", i, emb[i], ref)
+		}
+	}
+	blob, err := s.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := m.NewState()
+	defer c.Close()
+	l, _ := m.NewState()
+	defer l.Close()
+	if err := c.CopyFrom(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Load(blob); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := s.DecodeLogits(7)
+	for _, st := range []*State{c, l} {
+		got, err := st.DecodeLogits(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("continuation differs at logit %d", i)
+			}
+		}
+	}
+	blob[len(blob)/2] ^= 1
+	wantStatus(t, l.Load(blob), ErrFormat)
+	if l.Pos() != 2 {
+		t.Fatalf("pos %d after a refused load", l.Pos())
+	}
+}

@@ -69,6 +69,28 @@ needle_status ngo_prefill(needle_state *s, needle_batch *b, const uint32_t *toke
     return keep(needle_state_prefill(s, b, tokens, n_tokens, logits, n), err, cap);
 }
 
+needle_status ngo_state_confidence(const needle_state *s, float *p, char *err, size_t cap) {
+    return keep(needle_state_confidence(s, p), err, cap);
+}
+
+needle_status ngo_state_embedding(const needle_state *s, float *out, size_t out_len, size_t *dim, char *err,
+                                  size_t cap) {
+    return keep(needle_state_embedding(s, out, out_len, dim), err, cap);
+}
+
+needle_status ngo_state_copy(needle_state *dst, const needle_state *src, char *err, size_t cap) {
+    return keep(needle_state_copy(dst, src), err, cap);
+}
+
+needle_status ngo_state_save(const needle_state *s, void *buf, size_t buf_cap, size_t *len, char *err,
+                             size_t cap) {
+    return keep(needle_state_save(s, buf, buf_cap, len), err, cap);
+}
+
+needle_status ngo_state_load(needle_state *s, const void *buf, size_t len, char *err, size_t cap) {
+    return keep(needle_state_load(s, buf, len), err, cap);
+}
+
 needle_status ngo_tokenize(const needle_model *m, const char *text, size_t len, int add_bos,
                            uint32_t *tokens, size_t capacity, size_t *n_tokens, char *err, size_t cap) {
     return keep(needle_model_tokenize(m, text, len, add_bos, tokens, capacity, n_tokens), err, cap);

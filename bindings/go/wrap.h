@@ -24,6 +24,14 @@ needle_status ngo_tokenize(const needle_model *m, const char *text, size_t len, 
                            uint32_t *tokens, size_t capacity, size_t *n_tokens, char *err, size_t cap);
 needle_status ngo_detokenize(const needle_model *m, const uint32_t *tokens, size_t n_tokens,
                              char *text, size_t capacity, size_t *text_len, char *err, size_t cap);
+/* probe heads and state persistence (issue 9) */
+needle_status ngo_state_confidence(const needle_state *s, float *p, char *err, size_t cap);
+needle_status ngo_state_embedding(const needle_state *s, float *out, size_t out_len, size_t *dim, char *err,
+                                  size_t cap);
+needle_status ngo_state_copy(needle_state *dst, const needle_state *src, char *err, size_t cap);
+needle_status ngo_state_save(const needle_state *s, void *buf, size_t buf_cap, size_t *len, char *err,
+                             size_t cap);
+needle_status ngo_state_load(needle_state *s, const void *buf, size_t len, char *err, size_t cap);
 /* handle != 0 routes tokens to the Go callback registered under that handle. */
 needle_status ngo_generate(needle_state *s, needle_batch *b, const char *prompt, size_t len,
                            const needle_generate_params *p, uintptr_t handle,

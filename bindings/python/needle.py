@@ -131,6 +131,12 @@ _SIGNATURES = {
                                     ctypes.POINTER(_size)]),
     "needle_model_detokenize": (_st, [_vp, _u32p, _size, ctypes.c_char_p, _size,
                                       ctypes.POINTER(_size)]),
+    # probe heads and state persistence (issue 9)
+    "needle_state_confidence": (_st, [_vp, _f32p]),
+    "needle_state_embedding": (_st, [_vp, _f32p, _size, ctypes.POINTER(_size)]),
+    "needle_state_copy": (_st, [_vp, _vp]),
+    "needle_state_save": (_st, [_vp, ctypes.c_void_p, _size, ctypes.POINTER(_size)]),
+    "needle_state_load": (_st, [_vp, ctypes.c_char_p, _size]),
     "needle_generate_params_init": (None, [ctypes.POINTER(_GenerateParams)]),
     "needle_generate": (_st, [_vp, _vp, ctypes.c_char_p, _size, ctypes.POINTER(_GenerateParams),
                               _TOKEN_CALLBACK, _vp, ctypes.POINTER(_GenerateResult)]),
@@ -460,6 +466,43 @@ class State(_Handle):
         _check(lib.needle_state_prefill(self._handle, batch._handle if batch else None, ids,
                                         len(tokens), ptr, n))
         return out
+
+    def confidence(self):
+        """σ(confidence head) over every token fed so far (needle.h needle_state_confidence).
+        Raises NeedleError E_UNSUPPORTED for a model without the head."""
+        p = ctypes.c_float()
+        _check(lib.needle_state_confidence(self._handle, ctypes.byref(p)))
+        return p.value
+
+    def embedding(self):
+        """Unit contrastive embedding (list of floats) of every token fed so far; the
+        similarity of two is their dot product. E_UNSUPPORTED without the head."""
+        dim = _size()
+        status = lib.needle_state_embedding(self._handle, None, 0, ctypes.byref(dim))
+        if status != E_BUFFER_TOO_SMALL:
+            _check(status)
+        out = (ctypes.c_float * dim.value)()
+        _check(lib.needle_state_embedding(self._handle, out, dim.value, ctypes.byref(dim)))
+        return list(out)
+
+    def copy_from(self, other):
+        """Makes this state continue exactly as `other` (same model and options)."""
+        _check(lib.needle_state_copy(self._handle, other._handle))
+
+    def save(self):
+        """The state as bytes (versioned, checksummed, tied to the model file)."""
+        n = _size()
+        status = lib.needle_state_save(self._handle, None, 0, ctypes.byref(n))
+        if status != E_BUFFER_TOO_SMALL:
+            _check(status)
+        buf = ctypes.create_string_buffer(n.value)
+        _check(lib.needle_state_save(self._handle, buf, n.value, ctypes.byref(n)))
+        return buf.raw[:n.value]
+
+    def load(self, blob):
+        """Restores a save() of the same model file and options; E_FORMAT (state unchanged)
+        for anything else."""
+        _check(lib.needle_state_load(self._handle, bytes(blob), len(blob)))
 
     def generate(self, prompt, max_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=0,
                  add_bos=True, batch=None, callback=None):

@@ -7,6 +7,7 @@
 
 #include "capi/handles.h"
 #include "core/error.h"
+#include "model/probe_heads.h"
 #include "model/state_io.h"
 
 namespace {
@@ -47,9 +48,8 @@ needle_status needle_state_confidence(const needle_state *state, float *probabil
     const char *fn = "needle_state_confidence";
     if (!state || !probability) return fail_with(NEEDLE_E_INVALID_ARGUMENT, fn, "state or probability is NULL");
     return guarded(fn, [&] {
-        float logit = 0.0f;
-        state->model->probe_head_output(*state->seq, needle::ProbeHead::Confidence, &logit);
-        *probability = float(1.0 / (1.0 + std::exp(-double(logit))));
+        if (!state->model->confidence(*state->seq, probability))
+            return fail_with(NEEDLE_E_UNSUPPORTED, fn, "this model has no confidence head");
         return NEEDLE_OK;
     });
 }
@@ -68,12 +68,7 @@ needle_status needle_state_embedding(const needle_state *state, float *out, size
         return fail_with(NEEDLE_E_BUFFER_TOO_SMALL, fn, msg);
     }
     return guarded(fn, [&] {
-        m.probe_head_output(*state->seq, needle::ProbeHead::Contrastive, out);
-        // §7.3: e = out / sqrt(Σ out² + 1e-12), the sum in double.
-        double ss = 0.0;
-        for (uint32_t i = 0; i < d; ++i) ss += double(out[i]) * double(out[i]);
-        const double inv = 1.0 / std::sqrt(ss + 1e-12);
-        for (uint32_t i = 0; i < d; ++i) out[i] = float(double(out[i]) * inv);
+        needle::contrastive_embedding(m, *state->seq, out);
         return NEEDLE_OK;
     });
 }

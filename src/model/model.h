@@ -137,6 +137,20 @@ public:
     // UNSUPPORTED without the head or when seq does not pool, INVALID_ARGUMENT when no
     // position has been pooled yet. Allocates nothing.
     virtual void probe_head_output(const Sequence &seq, ProbeHead h, float *out) const;
+    // sigma(confidence head) over every position fed so far, pooled online: what
+    // needle_state_confidence reports. Returns false when the model has no confidence head; true
+    // with *p set otherwise. Throws as probe_head_output. The default takes σ of
+    // probe_head_output; a model with its own confidence path (Needle 3) may override it.
+    virtual bool confidence(const Sequence &seq, float *p) const;
+
+    // The stored bytes of head h's tensors as in the container (probes, proj, bias), for
+    // fingerprints of what was computed with it (tool index, tool-calling.md §9); empty
+    // without the head. They live as long as the model.
+    struct ByteSpan {
+        const uint8_t *data;
+        size_t size;
+    };
+    virtual std::vector<ByteSpan> probe_head_tensors(ProbeHead h) const { (void)h; return {}; }
 
     // 64-bit hash of the container bytes (state blobs are tied to it); computed on first use.
     uint64_t fingerprint() const;

@@ -37,6 +37,7 @@ struct Needle2Head {
     ProbeHead kind;
     uint32_t P, out, first;
     const float *probes, *proj, *bias;
+    Model::ByteSpan stored[3];  // the records' bytes: probes, proj, bias
 };
 
 // Online pooling state of one sequence (model-v2.md §7.2), all in double: for every cell index
@@ -67,6 +68,7 @@ public:
 
     uint32_t probe_head_dim(ProbeHead h) const override;
     void probe_head_output(const Sequence &seq, ProbeHead h, float *out) const override;
+    std::vector<ByteSpan> probe_head_tensors(ProbeHead h) const override;
 
 private:
     struct Seq;

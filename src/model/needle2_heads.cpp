@@ -34,6 +34,11 @@ double dot_double(const float *a, const float *b, uint32_t n) {
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// acc[d] += e * x[d] in double (restrict: the compiler vectorises it).
+void axpy_double(double e, const float *__restrict x, double *__restrict acc, uint32_t n) {
+    for (uint32_t d = 0; d < n; ++d) acc[d] += e * double(x[d]);
+}
+
 }  // namespace
 
 void ProbePool::reset() {
@@ -66,6 +71,8 @@ void Needle2Model::bind_heads(const ContainerV2 &c) {
         record_to_f32(pr, np, p), h.probes = p, p += np;
         record_to_f32(pj, nj, p), h.proj = p, p += nj;
         record_to_f32(bs, h.out, p), h.bias = p, p += h.out;
+        h.stored[0] = {pr.data, size_t(pr.nbytes)}, h.stored[1] = {pj.data, size_t(pj.nbytes)};
+        h.stored[2] = {bs.data, size_t(bs.nbytes)};
         head_probes_ += h.P;
         heads_.push_back(h);
     }
@@ -120,7 +127,7 @@ void Needle2Model::pool_cells(ProbePool &pool, uint32_t c, const float *X, const
             }
             const double e = std::exp(z - a[0]);
             a[1] += e;
-            for (uint32_t d = 0; d < D; ++d) a[2 + d] += e * double(cell[d]);
+            axpy_double(e, cell, a + 2, D);
         }
     };
     // Probes are independent: split them over the arena's threads when the work pays for it.
@@ -130,6 +137,12 @@ void Needle2Model::pool_cells(ProbePool &pool, uint32_t c, const float *X, const
         });
     else
         for (uint32_t k = 0; k < head_probes_; ++k) probe(k);
+}
+
+std::vector<Model::ByteSpan> Needle2Model::probe_head_tensors(ProbeHead kind) const {
+    for (const Needle2Head &h : heads_)
+        if (h.kind == kind) return {h.stored[0], h.stored[1], h.stored[2]};
+    return {};
 }
 
 uint32_t Needle2Model::probe_head_dim(ProbeHead kind) const {

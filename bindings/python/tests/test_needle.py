@@ -196,6 +196,60 @@ const char *needle_last_error(void) { return "caller expects needle ABI 1, libra
 STUB_NO_ABI = "int needle_version_major(void) { return 1; }\n"
 
 
+class HeadsAndPersistenceTest(unittest.TestCase):
+    """Probe heads against the tiny fixture references; state copy / save / load."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model = needle.Model(TINY)
+        import json
+        with open(os.path.join(FIXTURES, "v2", "refs", "tiny", "manifest.json")) as f:
+            cls.prompt = next(p for p in json.load(f)["prompts"] if p["name"] == "plain")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def test_heads_match_the_reference(self):
+        import math
+        with self.model.new_state() as s:
+            s.prefill(self.prompt["ids"], logits=False)
+            p = s.confidence()
+            logit = math.log(p) - math.log1p(-p)
+            self.assertAlmostEqual(logit, self.prompt["heads"]["confidence_logit"], delta=1e-3)
+            emb = s.embedding()
+            with open(os.path.join(FIXTURES, "v2", self.prompt["heads"]["contrastive"]["file"]), "rb") as f:
+                raw = f.read()
+            ref = struct.unpack("<%df" % (len(raw) // 4), raw)
+            self.assertEqual(len(emb), len(ref))
+            self.assertLess(max(abs(a - b) for a, b in zip(emb, ref)), 1e-4)
+
+    def test_no_position_fed_is_an_error(self):
+        with self.model.new_state() as s:
+            with self.assertRaises(needle.NeedleError) as cm:
+                s.confidence()
+            self.assertEqual(cm.exception.status, needle.E_INVALID_ARGUMENT)
+
+    def test_copy_and_save_load_continue_identically(self):
+        ids = self.prompt["ids"]
+        with self.model.new_state() as a, self.model.new_state() as b, self.model.new_state() as c:
+            a.prefill(ids, logits=False)
+            b.copy_from(a)
+            blob = a.save()
+            c.load(blob)
+            self.assertEqual((b.pos, c.pos), (len(ids), len(ids)))
+            for t in (5, 6, 7):
+                la, lb, lc = a.decode(t), b.decode(t), c.decode(t)
+                self.assertEqual(la.tobytes(), lb.tobytes())
+                self.assertEqual(la.tobytes(), lc.tobytes())
+            damaged = bytearray(blob)
+            damaged[len(damaged) // 2] ^= 0x40
+            with self.assertRaises(needle.NeedleError) as cm:
+                c.load(bytes(damaged))
+            self.assertEqual(cm.exception.status, needle.E_FORMAT)
+            self.assertEqual(c.pos, len(ids) + 3)
+
+
 @unittest.skipUnless(shutil.which("cc"), "needs a C compiler for the stub libraries")
 class AbiFirstTest(unittest.TestCase):
     def import_with(self, source):

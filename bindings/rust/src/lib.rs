@@ -542,6 +542,50 @@ impl State {
         check(unsafe { sys::needle_state_prefill(self.raw.as_ptr(), b, tokens.as_ptr(), tokens.len(), p, n) })
     }
 
+    /// σ(confidence head) over every token fed so far; `Status::Unsupported` without the head.
+    pub fn confidence(&self) -> Result<f32> {
+        let mut p = 0f32;
+        check(unsafe { sys::needle_state_confidence(self.raw.as_ptr(), &mut p) })?;
+        Ok(p)
+    }
+
+    /// Unit contrastive embedding of every token fed so far (similarity = dot product);
+    /// `Status::Unsupported` without the head.
+    pub fn embedding(&self) -> Result<Vec<f32>> {
+        let mut dim = 0usize;
+        let st = unsafe { sys::needle_state_embedding(self.raw.as_ptr(), ptr::null_mut(), 0, &mut dim) };
+        if st != sys::NEEDLE_E_BUFFER_TOO_SMALL {
+            check(st)?;
+        }
+        let mut out = vec![0f32; dim];
+        check(unsafe { sys::needle_state_embedding(self.raw.as_ptr(), out.as_mut_ptr(), out.len(), &mut dim) })?;
+        Ok(out)
+    }
+
+    /// Makes this state continue exactly as `src` (same model and options).
+    pub fn copy_from(&mut self, src: &State) -> Result<()> {
+        check(unsafe { sys::needle_state_copy(self.raw.as_ptr(), src.raw.as_ptr()) })
+    }
+
+    /// The state as a versioned, checksummed blob tied to the model file.
+    pub fn save(&self) -> Result<Vec<u8>> {
+        let mut len = 0usize;
+        let st = unsafe { sys::needle_state_save(self.raw.as_ptr(), ptr::null_mut(), 0, &mut len) };
+        if st != sys::NEEDLE_E_BUFFER_TOO_SMALL {
+            check(st)?;
+        }
+        let mut buf = vec![0u8; len];
+        check(unsafe { sys::needle_state_save(self.raw.as_ptr(), buf.as_mut_ptr().cast(), buf.len(), &mut len) })?;
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// Restores a `save` of the same model file and options; `Status::Format` (state unchanged)
+    /// otherwise.
+    pub fn load(&mut self, blob: &[u8]) -> Result<()> {
+        check(unsafe { sys::needle_state_load(self.raw.as_ptr(), blob.as_ptr().cast(), blob.len()) })
+    }
+
     /// Feeds `prompt` (no chat template) and generates. `on_token(id, text)` gets each token and
     /// the text it completes (id [`sys::NEEDLE_NO_TOKEN`] for a final U+FFFD flush); return `true`
     /// to stop, which is not an error ([`StopReason::Callback`]). A panic in the callback stops

@@ -183,6 +183,23 @@ extern "C" {
         text_len: *mut usize,
     ) -> needle_status;
 
+    // probe heads and state persistence (issue 9)
+    pub fn needle_state_confidence(state: *const needle_state, probability: *mut f32) -> needle_status;
+    pub fn needle_state_embedding(
+        state: *const needle_state,
+        out: *mut f32,
+        out_len: usize,
+        dim: *mut usize,
+    ) -> needle_status;
+    pub fn needle_state_copy(dst: *mut needle_state, src: *const needle_state) -> needle_status;
+    pub fn needle_state_save(
+        state: *const needle_state,
+        buf: *mut c_void,
+        cap: usize,
+        len: *mut usize,
+    ) -> needle_status;
+    pub fn needle_state_load(state: *mut needle_state, buf: *const c_void, len: usize) -> needle_status;
+
     pub fn needle_generate_params_init(p: *mut needle_generate_params);
     pub fn needle_generate(
         state: *mut needle_state,

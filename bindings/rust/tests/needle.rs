@@ -249,3 +249,34 @@ fn model_is_shared_across_threads() {
     let results: Vec<Vec<f32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(results[0], results[1]);
 }
+
+/// Probe heads after [BOS] against the tiny fixture (`empty` prompt), and state copy / save / load.
+#[test]
+fn heads_and_persistence() {
+    let m = tiny();
+    let mut s = State::new(&m).unwrap();
+    assert_eq!(s.confidence().unwrap_err().status, Status::InvalidArgument);
+    s.decode_logits(BOS).unwrap();
+    let p = s.confidence().unwrap() as f64;
+    let logit = p.ln() - (-p).ln_1p();
+    assert!((logit - (-4.647948265075684)).abs() < 1e-3, "logit {}", logit);
+    let raw = std::fs::read(fixtures().join("v2/refs/tiny/empty.contrastive.f32")).unwrap();
+    let emb = s.embedding().unwrap();
+    assert_eq!(emb.len() * 4, raw.len());
+    for (i, e) in emb.iter().enumerate() {
+        let r = f32::from_le_bytes([raw[4 * i], raw[4 * i + 1], raw[4 * i + 2], raw[4 * i + 3]]);
+        assert!((e - r).abs() < 1e-4, "embedding {}: {} vs {}", i, e, r);
+    }
+    let mut blob = s.save().unwrap();
+    let mut c = State::new(&m).unwrap();
+    let mut l = State::new(&m).unwrap();
+    c.copy_from(&s).unwrap();
+    l.load(&blob).unwrap();
+    let want = s.decode_logits(7).unwrap();
+    assert_eq!(c.decode_logits(7).unwrap(), want);
+    assert_eq!(l.decode_logits(7).unwrap(), want);
+    let mid = blob.len() / 2;
+    blob[mid] ^= 1;
+    assert_eq!(l.load(&blob).unwrap_err().status, Status::Format);
+    assert_eq!(l.pos(), 2);
+}
