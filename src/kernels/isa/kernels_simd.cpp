@@ -49,7 +49,10 @@ inline Vec load(const int8_t *p) {
     std::memcpy(&four, p, 4);
     return Vec(_mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four))));
 #elif defined(__ARM_NEON)
-    const int16x8_t h = vmovl_s8(vld1_s8(p));
+    // Exactly W = 4 bytes: vld1_s8 would read 8, past the end of the last row of a KV ring.
+    int32_t four;
+    std::memcpy(&four, p, 4);
+    const int16x8_t h = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(four)));
     return Vec(vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))));
 #else
     alignas(64) float t[W];
