@@ -1,17 +1,24 @@
 /* needle-bench: load time, prefill and decode throughput and peak memory of one model.
  *
  *   needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T]
- *                [--chunk C] [--runs R] [--kv f32|int8] [--json]
+ *                [--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D]
+ *                [--max-tokens M] [--json]
  *
  * The prompt is a fixed pseudo-random token sequence (no tokenizer needed), prefilled through a
  * batch of C positions (C = 0: one position at a time); then M greedy decode steps. Figures are
- * medians over R runs, each on a fresh state. Uses only needle.h. */
+ * medians over R runs, each on a fresh state. Uses only needle.h.
+ *
+ * --isa NAME runs the kernels of that instruction set (as NEEDLE_FORCE_ISA=NAME does); --isa all
+ * runs this program once per ISA the CPU and the library have (avx512, avx2, sse4_2, neon,
+ * scalar) and prints them side by side (--json: one object per ISA, one a line). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "needle.h"
 #include "needle_bench_chat.h"
@@ -57,16 +64,92 @@ static uint32_t argmax(const float *v, uint32_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
-               "[--chunk C] [--runs R] [--kv f32|int8] [--json] [--chat]\n"
+               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--json] [--chat]\n"
                "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools, the grammar's\n"
                "          cost per call token next to the decode step's\n");
+}
+
+/* One child run of this program under NEEDLE_FORCE_ISA=isa with --json; its JSON line in out.
+ * Returns 0 on success. */
+static int run_child(char **argv, int argc, const char *isa, char *out, size_t cap) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    const pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        char **args = calloc((size_t)argc + 2, sizeof(char *));
+        int n = 0;
+        for (int i = 0; i < argc; ++i) {
+            if (!strcmp(argv[i], "--isa")) { ++i; continue; }
+            if (!strcmp(argv[i], "--json")) continue;
+            args[n++] = argv[i];
+        }
+        args[n++] = "--json";
+        args[n] = NULL;
+        dup2(fd[1], 1);
+        close(fd[0]), close(fd[1]);
+        setenv("NEEDLE_FORCE_ISA", isa, 1);
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t r;
+    while (len + 1 < cap && (r = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)r;
+    out[len] = 0;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static double json_num(const char *js, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(js, pat);
+    return p ? atof(p + strlen(pat)) : 0.0;
+}
+
+/* --isa all: every ISA whose forced run reports that ISA (a CPU that cannot run it falls back). */
+static int run_all_isas(int argc, char **argv, int json) {
+    static const char *const isas[] = {"avx512", "avx2", "sse4_2", "neon", "scalar"};
+    char buf[4096], want[64];
+    int shown = 0;
+    if (!json) printf("%-8s %10s %14s %14s %10s\n", "isa", "load ms", "prefill tok/s", "decode tok/s", "RSS MB");
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; ++i) {
+        if (run_child(argv, argc, isas[i], buf, sizeof buf) != 0) {
+            fprintf(stderr, "needle-bench: the %s run failed\n", isas[i]);
+            return 1;
+        }
+        snprintf(want, sizeof want, "\"isa\":\"%s\"", isas[i]);
+        if (!strstr(buf, want)) continue; /* not run by this CPU or not built */
+        ++shown;
+        if (json) fputs(buf, stdout);
+        else
+            printf("%-8s %10.3f %14.1f %14.1f %10.1f\n", isas[i], json_num(buf, "load_ms"),
+                   json_num(buf, "prefill_tok_per_s"), json_num(buf, "decode_tok_per_s"),
+                   json_num(buf, "peak_rss_bytes") / 1048576.0);
+        fflush(stdout);
+    }
+    return shown ? 0 : 1;
+}
+
+/* Resident bytes of this process now (/proc/self/statm), 0 where unavailable. */
+static long long resident_bytes(void) {
+    long long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    if (fscanf(f, "%lld %lld", &pages, &rss) != 2) rss = 0;
+    fclose(f);
+    return rss * sysconf(_SC_PAGESIZE);
 }
 
 int main(int argc, char **argv) {
     const char *path = NULL;
     long prompt_n = 512, decode_n = 128, threads = 0, chunk = 32, runs = 3;  /* chunk: needle.h */
+    long depth = 0, max_tokens = -1;  /* -1: prompt + decode tokens */
     int json = 0, chat = 0;
-    const char *kv = "f32";
+    const char *kv = "f32", *isa = NULL;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
@@ -80,16 +163,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chunk")) chunk = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--runs")) runs = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--kv")) kv = argv[++i];
+        else if (!strcmp(a, "--isa")) isa = argv[++i];
+        else if (!strcmp(a, "--depth")) depth = arg_long(a, argv[++i]);
+        else if (!strcmp(a, "--max-tokens")) max_tokens = arg_long(a, argv[++i]);
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
     }
     if (!path || runs < 1 || prompt_n < 1 || (strcmp(kv, "f32") && strcmp(kv, "int8"))) {
         usage(stderr);
         return 2;
     }
+    if (isa && !strcmp(isa, "all")) return run_all_isas(argc, argv, json);
+    if (isa) setenv("NEEDLE_FORCE_ISA", isa, 1); /* read at the library's first kernel call */
 
     needle_model_params mp;
     needle_model_params_init(&mp);
     mp.n_threads = threads > INT32_MAX ? INT32_MAX : (int32_t)threads;  /* the library clamps it */
+    mp.depth = depth > UINT32_MAX ? UINT32_MAX : (uint32_t)depth;      /* Needle 3 ladder rung */
     double *load = calloc((size_t)runs, sizeof(double)), *pre = calloc((size_t)runs, sizeof(double)),
            *dec = calloc((size_t)runs, sizeof(double));
     needle_model *model = NULL;
@@ -118,7 +207,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     uint32_t *prompt = malloc(sizeof(uint32_t) * (size_t)prompt_n);
-    float *logits = malloc(sizeof(float) * info.vocab_size);
+    float *logits = malloc(sizeof(float) * info.out_vocab);  /* logits rows: out_vocab */
     prompt[0] = info.bos_id;
     for (long i = 1; i < prompt_n; ++i)  /* fixed pseudo-random ids, skipping 0..13 (specials) */
         prompt[i] = 14 + (uint32_t)((i * 2654435761u) % (info.vocab_size > 14 ? info.vocab_size - 14 : 1));
@@ -127,20 +216,24 @@ int main(int argc, char **argv) {
         needle_status st = needle_batch_create(model, (uint32_t)chunk, &batch);
         if (st != NEEDLE_OK) return die("batch", st);
     }
+    long long state_bytes = 0;
     for (long r = 0; r < runs; ++r) {
         needle_state *s = NULL;
         needle_state_params sp;
         needle_state_params_init(&sp);
         sp.kv_type = strcmp(kv, "int8") ? NEEDLE_KV_F32 : NEEDLE_KV_INT8;
+        sp.max_tokens = (uint32_t)(max_tokens >= 0 ? max_tokens : prompt_n + decode_n);
+        const long long rss0 = resident_bytes();
         needle_status st = needle_state_create_ex(model, &sp, &s);
         if (st != NEEDLE_OK) return die("state", st);
+        if (r == 0) state_bytes = resident_bytes() - rss0;  /* the state's memory is written at creation */
         double t0 = now_ms();
-        st = needle_state_prefill(s, batch, prompt, (size_t)prompt_n, logits, info.vocab_size);
+        st = needle_state_prefill(s, batch, prompt, (size_t)prompt_n, logits, info.out_vocab);
         pre[r] = now_ms() - t0;
         if (st != NEEDLE_OK) return die("prefill", st);
         t0 = now_ms();
         for (long i = 0; i < decode_n; ++i) {
-            st = needle_state_decode(s, argmax(logits, info.vocab_size), logits, info.vocab_size);
+            st = needle_state_decode(s, argmax(logits, info.out_vocab), logits, info.out_vocab);
             if (st != NEEDLE_OK) return die("decode", st);
         }
         dec[r] = now_ms() - t0;
@@ -157,9 +250,9 @@ int main(int argc, char **argv) {
          * when it differs from isa */
         printf("{\"isa\":\"%s\",\"isa_requested\":\"%s\",\"threads\":%u,\"threads_requested\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
                "\"prefill_ms\":%.3f,\"prefill_tok_per_s\":%.1f,\"decode_tokens\":%ld,\"decode_ms\":%.3f,"
-               "\"decode_tok_per_s\":%.1f,\"peak_rss_bytes\":%lld}\n",
+               "\"decode_tok_per_s\":%.1f,\"peak_rss_bytes\":%lld,\"state_bytes\":%lld}\n",
                needle_kernel_isa(), needle_kernel_isa_requested(), info.n_threads, threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
-               dec_tps, rss);
+               dec_tps, rss, state_bytes);
     } else {
         printf("model %s (isa %s, threads %u, chunk %ld, kv %s, runs %ld)\n", path, needle_kernel_isa(), info.n_threads,
                chunk, kv, runs);
@@ -171,6 +264,8 @@ int main(int argc, char **argv) {
         printf("prefill  %8.1f ms  %5ld tokens  %8.1f tok/s\n", prefill_ms, prompt_n, pre_tps);
         printf("decode   %8.1f ms  %5ld tokens  %8.1f tok/s\n", decode_ms, decode_n, dec_tps);
         printf("peak RSS %8.1f MB\n", rss / 1048576.0);
+        printf("state    %8.1f MB   (max_tokens %u, resident growth at creation)\n", state_bytes / 1048576.0,
+               (unsigned)(max_tokens >= 0 ? max_tokens : prompt_n + decode_n));
     }
     needle_batch_free(batch);
     needle_model_free(model);

@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             "                  [--top-p P] [--seed S] [--threads N] \"prompt\"\n"
             "       needle-run [--model FILE] --tools FILE [--system TEXT]\n"
             "                  [--tool-choice auto|required|none] [--max-tokens N] \"query\"\n"
-            "  --model FILE     a Needle 2 .cact container (default: the bundled demo model)\n"
+            "  --model FILE     a Needle 2 or Needle 3 .cact container (default: the bundled demo model)\n"
             "  --max-tokens N   tokens to generate (default 64)\n"
             "  --temperature T  0 = greedy (default); > 0 samples\n"
             "  --top-k K, --top-p P, --seed S   sampling controls\n"

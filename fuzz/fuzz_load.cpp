@@ -19,8 +19,9 @@ namespace {
 constexpr uint64_t kStateBudget = uint64_t(256) << 20;
 
 uint64_t state_bytes(const needle_model_info &i) {
-    const uint64_t ring = i.kv_window ? i.kv_window : i.max_seq_len;
-    return uint64_t(i.num_layers) * 2 * i.num_kv_heads * ring * i.head_dim * 4 +
+    // Needle 3 global layers keep max_seq_len positions whatever the window: bound by that.
+    const uint64_t ring = i.kv_window && i.format_version != 3 ? i.kv_window : i.max_seq_len;
+    return uint64_t(i.num_layers) * i.num_kv_heads * ring * (i.head_dim + i.v_head_dim) * 4 +
            uint64_t(i.max_seq_len) * 8 + uint64_t(i.vocab_size) * 16;
 }
 

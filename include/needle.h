@@ -124,9 +124,13 @@ typedef struct needle_model_params {
                              to that: needle_model_info.n_threads reports the count used.
                              A library built with -DNEEDLE_WITH_TBB=OFF runs every state on its
                              caller's thread: any n_threads >= 0 is accepted and ignored. */
+    uint32_t depth;       /* Needle 3 depth-ladder rung (model-v3.md §5): 0 (default) = all layers,
+                             2..num_layers = that many layers; anything else INVALID_ARGUMENT.
+                             Needle 2 accepts only 0. Added after the first layout: a struct_size
+                             that ends before it means 0 */
 } needle_model_params;
 
-/** Fills `p` with defaults (use_mmap 1, n_threads 0). NULL is ignored. Any thread. */
+/** Fills `p` with defaults (use_mmap 1, n_threads 0, depth 0). NULL is ignored. Any thread. */
 NEEDLE_API void needle_model_params_init(needle_model_params *p);
 
 /** Loads a .cact container from a file and validates all of it (container-v2.md §12).
@@ -152,8 +156,9 @@ NEEDLE_API void needle_model_free(needle_model *model);
  *  (older, shorter versions of this struct are accepted; fields past struct_size are not written). */
 typedef struct needle_model_info {
     uint32_t struct_size;
-    uint32_t format_version;   /* container format: 2 for Needle 2 (.cact tag 0x05E12A83) */
-    uint32_t vocab_size;       /* V: logits buffers hold this many floats */
+    uint32_t format_version;   /* container format: 2 for Needle 2 (.cact tag 0x05E12A83), 3 for
+                                  Needle 3 (0x05E12A84) */
+    uint32_t vocab_size;       /* V: token ids below it are accepted as input */
     uint32_t d_model;          /* D */
     uint32_t num_layers;       /* L */
     uint32_t num_heads;        /* H: query heads */
@@ -161,13 +166,22 @@ typedef struct needle_model_info {
     uint32_t head_dim;         /* query/key head width (qk_head_dim) */
     uint32_t v_head_dim;       /* value head width (equals head_dim in Needle 2) */
     uint32_t max_seq_len;      /* positions a state can hold (tokens) */
-    uint32_t kv_window;        /* effective attention window in tokens; 0 = full causal */
+    uint32_t kv_window;        /* effective attention window in tokens; 0 = full causal
+                                  (Needle 3: sliding_window of its local layers) */
     uint32_t mhc_lanes;        /* residual lanes n */
     uint32_t num_engram_sites; /* S */
     uint32_t bos_id, eos_id, pad_id, unk_id; /* from the tokenizer blob */
     uint32_t has_tokenizer;    /* 1 if the container carries a tokenizer */
     uint64_t weight_bytes;     /* bytes of tensor payload (all records but the tokenizer) */
     uint64_t file_bytes;       /* size of the container */
+    /* ---- added by issue 8 (Needle 3); older struct_size values end before these */
+    uint32_t out_vocab;        /* logits rows: every logits buffer holds this many floats
+                                  (Needle 2: vocab_size; Needle 3: ids >= out_vocab are input-only) */
+    uint64_t global_layer_mask; /* bit l set: layer l (as run, after the depth ladder) attends
+                                   globally; Needle 2: 0 */
+    uint32_t qkv_conv_taps;    /* taps of the causal Q/K/V conv (Needle 3), 0 = none */
+    uint32_t has_confidence_head;  /* 1 if needle_state_confidence is supported */
+    uint32_t has_contrastive_head; /* 1 if the container has an embedding (contrastive) head */
     uint32_t n_threads;        /* worker threads the model's states run with: params.n_threads,
                                   0 and counts above the machine's concurrency clamped (issue 13) */
 } needle_model_info;
@@ -201,9 +215,13 @@ typedef struct needle_state_params {
                           runs with window 0); > 0: this window in tokens */
     int32_t kv_type;   /* needle_kv_type; default NEEDLE_KV_F32. Added after the first layout:
                           a struct_size that ends before it means NEEDLE_KV_F32 */
+    uint32_t max_tokens; /* positions the state can hold: 0 (default) = max_seq_len; else the KV
+                            memory is sized for min(ring, max_tokens) positions per layer at
+                            creation and never grows; feeding past it is CONTEXT_FULL with the
+                            state unchanged. Added after kv_type (shorter struct_size: 0) */
 } needle_state_params;
 
-/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32). NULL is ignored. */
+/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32, max_tokens 0). NULL is ignored. */
 NEEDLE_API void needle_state_params_init(needle_state_params *p);
 
 /** needle_state_create with options (`p` NULL = defaults). */
@@ -237,10 +255,10 @@ NEEDLE_API void needle_batch_free(needle_batch *batch);
 
 /** Feeds one token at the state's position and advances it by one.
  *  logits: NULL with logits_len 0 skips the LM head; otherwise receives vocab_size floats
- *  (the next-token logits). Allocates nothing.
+ *  (the next-token logits: out_vocab floats, needle_model_info). Allocates nothing.
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL state, token >= vocab_size, NULL logits with
- *  logits_len > 0); BUFFER_TOO_SMALL (logits_len < vocab_size); CONTEXT_FULL (position is
- *  max_seq_len). On failure the state is unchanged. */
+ *  logits_len > 0); BUFFER_TOO_SMALL (logits_len < out_vocab); CONTEXT_FULL (position is
+ *  max_seq_len or the state's max_tokens). On failure the state is unchanged. */
 NEEDLE_API needle_status needle_state_decode(needle_state *state, uint32_t token, float *logits,
                                              size_t logits_len);
 
@@ -250,7 +268,7 @@ NEEDLE_API needle_status needle_state_decode(needle_state *state, uint32_t token
  *  Prefill of 0 tokens without logits is a no-op.
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL state, NULL tokens with n_tokens > 0, a token
  *  >= vocab_size, a batch of another model, n_tokens 0 with a logits buffer); BUFFER_TOO_SMALL;
- *  CONTEXT_FULL (pos + n_tokens > max_seq_len). On failure the state is unchanged. */
+ *  CONTEXT_FULL (pos + n_tokens > max_seq_len or max_tokens). On failure the state is unchanged. */
 NEEDLE_API needle_status needle_state_prefill(needle_state *state, needle_batch *batch,
                                               const uint32_t *tokens, size_t n_tokens,
                                               float *logits, size_t logits_len);

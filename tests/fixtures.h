@@ -34,6 +34,7 @@ inline std::string dir() {
     return env && *env ? env : NEEDLE_FIXTURES_DIR;
 }
 inline std::string v2(const std::string &rel) { return dir() + "/v2/" + rel; }
+inline std::string v3(const std::string &rel) { return dir() + "/v3/" + rel; }
 
 inline std::vector<uint8_t> read_bytes(const std::string &path) {
     std::ifstream f(path, std::ios::binary);

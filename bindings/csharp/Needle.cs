@@ -86,10 +86,10 @@ namespace Needle
 #endif
 
         [StructLayout(LayoutKind.Sequential)]
-        public struct ModelParams { public uint struct_size; public int use_mmap; public int n_threads; }
+        public struct ModelParams { public uint struct_size; public int use_mmap; public int n_threads; public uint depth; }
 
         [StructLayout(LayoutKind.Sequential)]
-        public struct StateParams { public uint struct_size; public int kv_window; public int kv_type; }
+        public struct StateParams { public uint struct_size; public int kv_window; public int kv_type; public uint max_tokens; }
 
         [StructLayout(LayoutKind.Sequential)]
         public struct ModelInfo

@@ -57,11 +57,12 @@ NO_TOKEN = 0xFFFFFFFF
 
 class _ModelParams(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("use_mmap", ctypes.c_int32),
-                ("n_threads", ctypes.c_int32)]
+                ("n_threads", ctypes.c_int32), ("depth", ctypes.c_uint32)]
 
 
 class _StateParams(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("kv_window", ctypes.c_int32), ("kv_type", ctypes.c_int32)]
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kv_window", ctypes.c_int32), ("kv_type", ctypes.c_int32),
+                ("max_tokens", ctypes.c_uint32)]
 
 
 class _ModelInfo(ctypes.Structure):
@@ -69,7 +70,9 @@ class _ModelInfo(ctypes.Structure):
         "struct_size", "format_version", "vocab_size", "d_model", "num_layers", "num_heads",
         "num_kv_heads", "head_dim", "v_head_dim", "max_seq_len", "kv_window", "mhc_lanes",
         "num_engram_sites", "bos_id", "eos_id", "pad_id", "unk_id", "has_tokenizer")] + [
-        ("weight_bytes", ctypes.c_uint64), ("file_bytes", ctypes.c_uint64)]
+        ("weight_bytes", ctypes.c_uint64), ("file_bytes", ctypes.c_uint64),
+        ("out_vocab", ctypes.c_uint32), ("global_layer_mask", ctypes.c_uint64)] + [
+        (name, ctypes.c_uint32) for name in ("qkv_conv_taps", "has_confidence_head", "has_contrastive_head")]
 
 
 class _GenerateParams(ctypes.Structure):
@@ -120,6 +123,7 @@ _SIGNATURES = {
     "needle_state_free": (None, [_vp]),
     "needle_state_reset": (None, [_vp]),
     "needle_state_pos": (ctypes.c_uint32, [_vp]),
+    "needle_state_confidence": (_st, [_vp, ctypes.POINTER(ctypes.c_float)]),
     "needle_batch_create": (_st, [_vp, ctypes.c_uint32, ctypes.POINTER(_vp)]),
     "needle_batch_free": (None, [_vp]),
     "needle_state_decode": (_st, [_vp, ctypes.c_uint32, _f32p, _size]),
@@ -298,21 +302,22 @@ class Model(_Handle):
 
     _free = "needle_model_free"
 
-    def __init__(self, path, use_mmap=True, n_threads=0):
+    def __init__(self, path, use_mmap=True, n_threads=0, depth=0):
+        """depth: Needle 3 depth-ladder rung (0 = all layers, 2..num_layers; Needle 2: 0 only)."""
         super().__init__(None)
-        p = self._params(use_mmap, n_threads)
+        p = self._params(use_mmap, n_threads, depth)
         out = ctypes.c_void_p()
         _check(lib.needle_model_load_file(os.fsencode(path), ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
         self.info = self._read_info()
 
     @classmethod
-    def from_bytes(cls, data, n_threads=0):
+    def from_bytes(cls, data, n_threads=0, depth=0):
         """Loads a container from memory (the bytes are copied)."""
         self = cls.__new__(cls)
         _Handle.__init__(self, None)
         data = bytes(data)
-        p = cls._params(True, n_threads)
+        p = cls._params(True, n_threads, depth)
         out = ctypes.c_void_p()
         _check(lib.needle_model_load_memory(data, len(data), ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
@@ -320,10 +325,10 @@ class Model(_Handle):
         return self
 
     @staticmethod
-    def _params(use_mmap, n_threads):
+    def _params(use_mmap, n_threads, depth=0):
         p = _ModelParams()
         lib.needle_model_params_init(ctypes.byref(p))
-        p.use_mmap, p.n_threads = int(bool(use_mmap)), int(n_threads)
+        p.use_mmap, p.n_threads, p.depth = int(bool(use_mmap)), int(n_threads), int(depth)
         return p
 
     def _read_info(self):
@@ -356,9 +361,9 @@ class Model(_Handle):
                                            ctypes.byref(n)))
         return buf.raw[:n.value].decode("utf-8")
 
-    def new_state(self, kv_window=-1, int8_kv=False):
+    def new_state(self, kv_window=-1, int8_kv=False, max_tokens=0):
         """A new empty sequence (see State)."""
-        return State(self, kv_window, int8_kv)
+        return State(self, kv_window, int8_kv, max_tokens)
 
     def new_chat(self, tools="[]", system="", tool_choice="auto"):
         """A tool-calling conversation on this model (see Chat)."""
@@ -404,19 +409,21 @@ class State(_Handle):
 
     _free = "needle_state_free"
 
-    def __init__(self, model, kv_window=-1, int8_kv=False):
+    def __init__(self, model, kv_window=-1, int8_kv=False, max_tokens=0):
         """kv_window: -1 the model's window, 0 full causal, > 0 that many tokens. int8_kv: an int8
-        KV cache (3.8x smaller at head_dim 64, logits not bit-faithful; needle.h needle_kv_type)."""
+        KV cache (3.8x smaller at head_dim 64, logits not bit-faithful; needle.h needle_kv_type).
+        max_tokens: positions the state can hold (0 = max_seq_len); its memory is sized for them."""
         super().__init__(None)
         p = _StateParams()
         lib.needle_state_params_init(ctypes.byref(p))
         p.kv_window = kv_window
         p.kv_type = 1 if int8_kv else 0
+        p.max_tokens = int(max_tokens)
         out = ctypes.c_void_p()
         _check(lib.needle_state_create_ex(model._handle, ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
         # needle.h has no state->model accessor, so remember what logits buffers need.
-        self.vocab_size = model.info.vocab_size
+        self.vocab_size = model.info.out_vocab  # logits rows
 
     @property
     def pos(self):
@@ -426,6 +433,13 @@ class State(_Handle):
     def reset(self):
         """Rewinds to position 0."""
         lib.needle_state_reset(self._handle)
+
+    def confidence(self):
+        """sigma(confidence head) over every position fed so far (NeedleError UNSUPPORTED when the
+        model has no such head, INVALID_ARGUMENT before the first token)."""
+        p = ctypes.c_float()
+        _check(lib.needle_state_confidence(self._handle, ctypes.byref(p)))
+        return p.value
 
     def _logits(self, want):
         if not want:

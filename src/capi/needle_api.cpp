@@ -68,12 +68,14 @@ needle_status check_feed(const char *fn, const needle_state *s, const uint32_t *
                           fn, tokens[i], i, mi.vocab_size);
     if (!logits && logits_len > 0)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: logits is NULL but logits_len is %zu", fn, logits_len);
-    if (logits && logits_len < mi.vocab_size)
-        return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: logits_len %zu < vocab_size %u", fn, logits_len,
-                      mi.vocab_size);
-    if (n > size_t(mi.max_seq_len - s->seq->pos))
-        return errorf(NEEDLE_E_CONTEXT_FULL, "%s: %zu token%s at position %u would pass max_seq_len %u",
-                      fn, n, needle::plural(n), s->seq->pos, mi.max_seq_len);
+    if (logits && logits_len < mi.out_vocab)
+        return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: logits_len %zu < out_vocab %u (logits rows)", fn, logits_len,
+                      mi.out_vocab);
+    const uint32_t limit = s->seq->limit;
+    if (n > size_t(limit - s->seq->pos))
+        return errorf(NEEDLE_E_CONTEXT_FULL, "%s: %zu token%s at position %u would pass the state's %s %u",
+                      fn, n, needle::plural(n), s->seq->pos, limit < mi.max_seq_len ? "max_tokens" : "max_seq_len",
+                      limit);
     return NEEDLE_OK;
 }
 
@@ -93,16 +95,20 @@ needle_status load_common(const char *fn, const needle_model_params *p, needle_m
     needle_model_params params;
     needle_model_params_init(&params);
     if (p) {
-        if (p->struct_size < sizeof(needle_model_params))
-            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u is not sizeof(needle_model_params) %zu"
-                          " (call needle_model_params_init)", fn, p->struct_size, sizeof(needle_model_params));
+        // The first layout ended after n_threads; later fields keep their defaults for it.
+        const size_t v1 = offsetof(needle_model_params, n_threads) + sizeof p->n_threads;
+        if (p->struct_size < v1)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u < %zu"
+                          " (call needle_model_params_init)", fn, p->struct_size, v1);
         if (p->n_threads < 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: n_threads %d is negative", fn, p->n_threads);
-        params = *p;
+        params.use_mmap = p->use_mmap, params.n_threads = p->n_threads;
+        if (p->struct_size >= offsetof(needle_model_params, depth) + sizeof p->depth) params.depth = p->depth;
     }
     return guarded([&] {
         needle::LoadOptions opt;
         opt.use_mmap = params.use_mmap != 0;
         opt.n_threads = needle::clamp_threads(params.n_threads);  // never the raw count (needle.h)
+        opt.depth = params.depth;
         auto h = std::make_unique<needle_model>();
         h->m = needle::load_model(open(opt), opt);
         *out = h.release();
@@ -165,6 +171,7 @@ void needle_model_params_init(needle_model_params *p) {
     p->struct_size = sizeof *p;
     p->use_mmap = 1;
     p->n_threads = 0;
+    p->depth = 0;
 }
 
 needle_status needle_model_load_file(const char *path, const needle_model_params *p, needle_model **out) {
@@ -204,6 +211,8 @@ needle_status needle_model_get_info(const needle_model *model, needle_model_info
     r.bos_id = mi.bos_id, r.eos_id = mi.eos_id, r.pad_id = mi.pad_id, r.unk_id = mi.unk_id;
     r.has_tokenizer = model->m->tokenizer() != nullptr;
     r.weight_bytes = mi.weight_bytes, r.file_bytes = mi.file_bytes;
+    r.out_vocab = mi.out_vocab, r.global_layer_mask = mi.global_layer_mask, r.qkv_conv_taps = mi.qkv_conv_taps;
+    r.has_confidence_head = mi.has_confidence_head, r.has_contrastive_head = mi.has_contrastive_head;
     r.n_threads = uint32_t(model->m->n_threads());
     std::memcpy(info, &r, std::min<size_t>(info->struct_size, sizeof r));
     return NEEDLE_OK;
@@ -214,6 +223,7 @@ void needle_state_params_init(needle_state_params *p) {
     p->struct_size = sizeof *p;
     p->kv_window = -1;
     p->kv_type = NEEDLE_KV_F32;
+    p->max_tokens = 0;
 }
 
 needle_status needle_state_create_ex(needle_model *model, const needle_state_params *p, needle_state **out) {
@@ -230,6 +240,8 @@ needle_status needle_state_create_ex(needle_model *model, const needle_state_par
         // Whole fields only: a size that ends inside kv_type is the first layout too.
         params.kv_window = p->kv_window;
         if (p->struct_size >= offsetof(needle_state_params, kv_type) + sizeof p->kv_type) params.kv_type = p->kv_type;
+        if (p->struct_size >= offsetof(needle_state_params, max_tokens) + sizeof p->max_tokens)
+            params.max_tokens = p->max_tokens;
     }
     if (params.kv_window < -1)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: kv_window %d (use -1, 0 or > 0)", params.kv_window);
@@ -242,6 +254,7 @@ needle_status needle_state_create_ex(needle_model *model, const needle_state_par
         needle::SequenceOptions so;
         so.kv_window = params.kv_window;
         so.kv_type = params.kv_type == NEEDLE_KV_INT8 ? needle::KvType::INT8 : needle::KvType::F32;
+        so.max_tokens = params.max_tokens;
         s->seq = s->model->new_sequence(so);
         s->step = s->model->new_workspace(1);
         s->gen = std::make_unique<needle::Generator>(*s->model);
@@ -272,6 +285,7 @@ void needle_state_reset(needle_state *state) {
 }
 
 uint32_t needle_state_pos(const needle_state *state) { return state ? state->seq->pos : 0; }
+
 
 needle_status needle_batch_create(needle_model *model, uint32_t capacity, needle_batch **out) {
     if (out) *out = nullptr;

@@ -36,7 +36,7 @@ needle_status guarded(const char *fn, F &&f) noexcept {
 
 bool same_options(const needle::SequenceOptions &a, const needle::SequenceOptions &b) {
     return a.kv_window == b.kv_window && a.kv_type == b.kv_type && a.sink_tokens == b.sink_tokens &&
-           a.probe_heads == b.probe_heads;
+           a.probe_heads == b.probe_heads && a.max_tokens == b.max_tokens;
 }
 
 }  // namespace

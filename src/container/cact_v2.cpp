@@ -21,51 +21,10 @@ constexpr uint64_t kDirStart = kHeaderBytes + 4ull * kCodebookLen;  // 232 (§1)
 // Only ever applied to values <= the file size, so it cannot wrap.
 uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t(63); }
 
-bool is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
-
 uint64_t next_pow2(uint64_t x) {  // §2 hada_n: 1 << bitlength(x - 1); x >= 1
     uint64_t p = 1;
     while (p < x) p <<= 1;
     return p;
-}
-
-const char *dtype_name(uint8_t d) {
-    switch (d) {
-        case 1: return "FP16";
-        case 2: return "FP32";
-        case 3: return "CQ";
-        case 4: return "RAW";
-        default: return "?";
-    }
-}
-
-std::string shape_str(const uint64_t *dims, uint32_t ndim) {
-    std::string s = "[";
-    for (uint32_t k = 0; k < ndim; ++k) s += strf(k ? ", %llu" : "%llu", ull(dims[k]));
-    return s + "]";
-}
-
-std::string shape_str(const TensorRecord &r) {
-    uint64_t dims[4] = {r.shape[0], r.shape[1], r.shape[2], r.shape[3]};
-    return shape_str(dims, r.ndim);
-}
-
-bool f16_nonfinite(uint16_t h) { return (h & 0x7c00u) == 0x7c00u; }
-const char *f16_kind(uint16_t h) { return (h & 0x03ffu) ? "NaN" : "inf"; }
-
-// Index of the first non-finite binary16 of the n little-endian values at p, or n. Blocks of 256
-// are tested without an early exit (so the compiler vectorises them): the scan of every norm and
-// FP16 tensor is part of each load.
-uint64_t first_nonfinite_f16(const uint8_t *p, uint64_t n) {
-    uint64_t k = 0;
-    for (; k + 256 <= n; k += 256) {
-        unsigned any = 0;
-        for (uint64_t j = k; j < k + 256; ++j) any |= unsigned(f16_nonfinite(read_u16(p + 2 * j)));
-        if (any) break;
-    }
-    for (; k < n; ++k)
-        if (f16_nonfinite(read_u16(p + 2 * k))) return k;
-    return n;
 }
 
 // ------------------------------------------------------------------ §12.1 header
@@ -232,19 +191,8 @@ void check_attention_fields(const HeaderV2 &h) {
 // Rule 11. The SHOULD comparison against the reference books needs the group size, which only
 // the directory gives: check_codebook_reference() runs after it.
 void read_codebook(const uint8_t *p, float *cb) {
-    struct Book { uint32_t first, count, bits; };
-    const Book books[] = {{0, 4, 2}, {4, 8, 3}, {12, 16, 4}};
-    for (uint32_t i = 0; i < kCodebookLen; ++i) cb[i] = read_f32(p + 4 * i);
-    for (const Book &b : books) {
-        for (uint32_t k = 0; k < b.count; ++k) {
-            const float v = cb[b.first + k];
-            if (!std::isfinite(v))
-                bad(strf("codebook: %u-bit level %u is not finite (%g)", b.bits, k, double(v)));
-            if (k > 0 && !(v > cb[b.first + k - 1]))
-                bad(strf("codebook: %u-bit level %u = %.9g is not above level %u = %.9g", b.bits,
-                         k, double(v), k - 1, double(cb[b.first + k - 1])));
-        }
-    }
+    const std::string err = read_codebook_levels(p, cb);
+    if (!err.empty()) bad(err);
 }
 
 // Rule 11, second sentence (SHOULD): each level times sqrt(G) lies within 1e-4 of the reference
@@ -270,24 +218,6 @@ void check_codebook_reference(const float *cb, uint32_t group) {
 }
 
 // ------------------------------------------------------------------ §12.3 directory
-
-// CQ blob geometry (§7); valid only after rule 17 accepted the record.
-struct CqLayout {
-    uint64_t row_bytes, packed, ngroups, nbytes;
-};
-
-bool cq_layout(const TensorRecord &r, CqLayout &out) {
-    const uint64_t rows = r.shape[0], cols = r.shape[1], G = r.group;
-    const uint64_t width = r.bits == 5 ? 2 : r.bits;  // ternary stores 2-bit crumbs
-    const uint64_t in_pad = (cols + G - 1) / G * G;   // cols < 2^32, G <= 4096: no wrap
-    out.ngroups = in_pad / G;
-    out.row_bytes = in_pad * width / 8;               // exact: G is a multiple of 8
-    uint64_t norms = 0;
-    if (__builtin_mul_overflow(rows, out.row_bytes, &out.packed)) return false;
-    if (__builtin_mul_overflow(rows, out.ngroups, &norms)) return false;
-    if (__builtin_mul_overflow(norms, uint64_t(2), &norms)) return false;
-    return !__builtin_add_overflow(out.packed, norms, &out.nbytes);
-}
 
 class Parser {
 public:
@@ -333,18 +263,7 @@ private:
 };
 
 TensorRecord Parser::read_record(uint32_t i, uint16_t &pad) const {
-    const uint8_t *p = data_ + kDirStart + uint64_t(kRecordBytes) * i;
-    TensorRecord r{};
-    r.dtype = DType(p[0]);  // range-checked by rule 14 before any use
-    r.ndim = p[1];
-    pad = read_u16(p + 2);
-    for (int k = 0; k < 4; ++k) r.shape[k] = read_u32(p + 4 + 4 * k);
-    r.offset = read_u64(p + 20);
-    r.nbytes = read_u64(p + 28);
-    r.group = read_u32(p + 36);
-    r.bits = read_u32(p + 40);
-    r.data = nullptr;  // set once rule 15 proves the blob lies inside the file
-    return r;
+    return needle::read_record(data_ + kDirStart + uint64_t(kRecordBytes) * i, pad);
 }
 
 void Parser::check_fields(uint32_t i, const TensorRecord &r, uint16_t pad) const {

@@ -11,14 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "container/cact_records.h"
+
 namespace needle {
 
 constexpr uint32_t kCactTagV2 = 0x05E12A83u;
 constexpr uint32_t kCactTagOld = 0x05E12A82u;  // geometry-less predecessor (§11)
-constexpr uint32_t kCactTagV3 = 0x05E12A84u;   // Needle 3 (container-v3.md)
 constexpr size_t kHeaderBytes = 120;
-constexpr uint32_t kCodebookLen = 28;
-constexpr size_t kRecordBytes = 44;
 
 // Implementation caps (§2 notes): above them a file is refused, never allocated for.
 constexpr uint32_t kMaxVocab = 1u << 16, kMaxDModel = 1u << 16, kMaxAttnWidth = 1u << 16;
@@ -29,8 +28,6 @@ constexpr uint32_t kMaxEngramTaps = 64;
 // n-gram orders (= the tap dilation) size the token history an engram site looks back over.
 constexpr uint32_t kMaxEngramOrder = 1024;
 
-enum class DType : uint8_t { F16 = 1, F32 = 2, CQ = 3, RAW = 4 };
-
 // Header fields, §2 (names as in the spec).
 struct HeaderV2 {
     uint32_t tag, num_tensors, codebook_len, kv_window, kv_bits;
@@ -40,16 +37,6 @@ struct HeaderV2 {
     uint32_t engram_conv_dilation, num_engram_orders, engram_orders[4];
     uint32_t num_engram_sites, engram_sites[4];
     float rope_theta;
-};
-
-// One directory record, §4, with a pointer to its (bounds-checked) blob.
-struct TensorRecord {
-    DType dtype;
-    uint8_t ndim;
-    uint32_t shape[4];
-    uint64_t offset, nbytes;
-    uint32_t group, bits;
-    const uint8_t *data;  // base + offset, valid for nbytes bytes
 };
 
 enum class ProbeHeadKind : uint32_t { Contrastive = 1, Confidence = 2 };

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "model/needle2.h"
+#include "model/needle3.h"
 
 namespace needle {
 
@@ -61,12 +62,26 @@ std::shared_ptr<const FileBytes> FileBytes::copy(const void *data, size_t size) 
     return fb;
 }
 
+void FileBytes::release_pages(const uint8_t *p, size_t n) const {
+    if (!mapped_ || p < data_ || n > size_ || size_t(p - data_) > size_ - n) return;
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (uintptr_t(p) + page - 1) & ~(page - 1), hi = (uintptr_t(p) + n) & ~(page - 1);
+    // A read-only private file mapping: dropping pages loses nothing (they are re-read on touch).
+    if (hi > lo) ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
+}
+
 FileBytes::~FileBytes() {
     if (mapped_) ::munmap(const_cast<uint8_t *>(data_), size_);
 }
 
 std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, const LoadOptions &opt) {
+    if (bytes->size() >= 4 && read_u32(bytes->data()) == kCactTagV3) {
+        const ContainerV3 c = parse_cact_v3(bytes->data(), bytes->size());
+        return std::make_shared<Needle3Model>(std::move(bytes), c, opt.n_threads, opt.depth);
+    }
     const ContainerV2 c = parse_cact_v2(bytes->data(), bytes->size());
+    if (opt.depth != 0)
+        fail(NEEDLE_E_INVALID_ARGUMENT, strf("depth %u: a Needle 2 model has no depth ladder (use 0)", opt.depth));
     return std::make_shared<Needle2Model>(std::move(bytes), c, opt.n_threads);
 }
 

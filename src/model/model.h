@@ -25,6 +25,10 @@ public:
     FileBytes &operator=(const FileBytes &) = delete;
     const uint8_t *data() const { return data_; }
     size_t size() const { return size_; }
+    // Hands the whole pages inside [p, p + n) of a mapped file back to the page cache (they
+    // leave this process's RSS and are read again from the file if touched); a no-op for
+    // copied bytes. For weights whose copy the kernels made at load (kernels.h CqBlockStore).
+    void release_pages(const uint8_t *p, size_t n) const;
 
 private:
     FileBytes() = default;
@@ -43,6 +47,11 @@ struct ModelInfo {
     uint32_t mhc_lanes = 0, num_engram_sites = 0;
     uint32_t bos_id = 2, eos_id = 1, pad_id = 0, unk_id = 3;
     uint64_t weight_bytes = 0, file_bytes = 0;
+    // Needle 3 additions (issue 8); v2 reports out_vocab = vocab_size and zeros.
+    uint32_t out_vocab = 0;          // logits rows
+    uint64_t global_layer_mask = 0;  // bit l: layer l (as run) attends globally
+    uint32_t qkv_conv_taps = 0;
+    bool has_confidence_head = false, has_contrastive_head = false;
 };
 
 // Element type of a sequence's KV cache (model-v2.md §4.4).
@@ -54,11 +63,14 @@ enum class KvType { F32, INT8 };
 // (p - j < window or j < L); the ring never overwrites the L sink slots. 0 = no sinks.
 // probe_heads: pool the probe-head cells (model-v2.md §7) while positions are fed, when the model
 // has heads; the head window is then the state's attention (window and sinks).
+// max_tokens 0 = the model's max_seq_len; else the KV memory is sized for that many positions
+// at creation and feeding past it is refused (Sequence::limit).
 struct SequenceOptions {
     int32_t kv_window = -1;
     KvType kv_type = KvType::F32;
     uint32_t sink_tokens = 0;
     bool probe_heads = true;
+    uint32_t max_tokens = 0;
 };
 
 // One contiguous piece of a sequence's mutable memory, for copy / save / load: `bytes` in all,
@@ -75,6 +87,7 @@ public:
     virtual ~Sequence() = default;
     virtual void reset() = 0;  // back to position 0
     uint32_t pos = 0;          // next position to write = tokens fed so far
+    uint32_t limit = 0;        // positions this sequence holds (max_tokens or max_seq_len)
     // The options it was made with, kv_window resolved (effective window, 0 = full causal) and
     // sink_tokens / probe_heads as they apply (0 / false when the model has no use for them).
     SequenceOptions options;
@@ -128,6 +141,7 @@ public:
     // 64-bit hash of the container bytes (state blobs are tied to it); computed on first use.
     uint64_t fingerprint() const;
 
+
 protected:
     ModelInfo info_;
     int n_threads_ = 0;
@@ -142,6 +156,7 @@ private:
 struct LoadOptions {
     bool use_mmap = true;
     int n_threads = 0;  // the C shim passes clamp_threads(needle_model_params.n_threads)
+    uint32_t depth = 0; // Needle 3 ladder rung (model-v3.md §5): 0 = all layers
 };
 
 // Reads the tag, validates the container and builds the matching model.

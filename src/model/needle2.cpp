@@ -11,86 +11,11 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/f16.h"
-
+#include "model/model_common.h"
 
 namespace needle {
 
 namespace {
-
-uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
-
-// Unit Lloyd-Max level of a ternary trit, divided in double and rounded once (container §7.3).
-float ternary_level(uint32_t group) { return float(1.2240064 / std::sqrt(double(group))); }
-
-// Cells of the arena that bind() hands out, in order; sized before anything is converted.
-class Arena {
-public:
-    explicit Arena(std::vector<float> &v) : v_(v) {}
-    float *take(size_t n) {
-        if (used_ + n > v_.size()) fail(NEEDLE_E_INTERNAL, "arena sized too small");
-        float *p = v_.data() + used_;
-        used_ += n;
-        return p;
-    }
-
-private:
-    std::vector<float> &v_;
-    size_t used_ = 0;
-};
-
-uint64_t elements(const TensorRecord &t) {
-    uint64_t n = 1;
-    for (uint32_t i = 0; i < t.ndim; ++i) n *= t.shape[i];
-    return n;
-}
-
-void to_f32(const TensorRecord &t, float *out) {
-    const uint64_t n = elements(t);
-    if (t.dtype == DType::F32) {
-        std::memcpy(out, t.data, n * 4);
-        return;
-    }
-    f16_to_f32_n(t.data, n, out);
-}
-
-float silu(float z) { return z * sigmoid(z); }
-
-// Runs fn(i) for every position of a chunk; positions are independent here, so they are split
-// over the caller's task arena (one position runs inline: a decode step).
-template <class Fn>
-void for_positions(uint32_t n, const Fn &fn) {
-    if (n == 1) {
-        fn(0u);
-        return;
-    }
-    parallel_for(0, n, 1, [&](uint32_t b, uint32_t e) {
-        for (uint32_t i = b; i != e; ++i) fn(i);
-    });
-}
-
-// Log-sum-exp of n values with stride (model-v2.md §2).
-float lse(const float *v, uint32_t n, uint32_t stride) {
-    float mx = -INFINITY;
-    for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, v[i * stride]);
-    float s = 0.0f;
-    for (uint32_t i = 0; i < n; ++i) s += std::exp(v[i * stride] - mx);
-    return mx + std::log(s);
-}
-
-// Log-domain Sinkhorn, 20 iterations, rows then columns, one exp at the end (§2.2).
-void sinkhorn(float *m, uint32_t n) {
-    for (int it = 0; it < 20; ++it) {
-        for (uint32_t i = 0; i < n; ++i) {
-            const float r = lse(m + i * n, n, 1);
-            for (uint32_t j = 0; j < n; ++j) m[i * n + j] -= r;
-        }
-        for (uint32_t j = 0; j < n; ++j) {
-            const float c = lse(m + j, n, n);
-            for (uint32_t i = 0; i < n; ++i) m[i * n + j] -= c;
-        }
-    }
-    for (uint32_t i = 0; i < n * n; ++i) m[i] = std::exp(m[i]);
-}
 
 // Engram n-gram hash of table tau at position p (model-v2.md §2.4); hist[q] for q <= p.
 uint32_t engram_hash(const uint32_t *hist, uint32_t p, uint32_t tau, uint32_t order, uint32_t slots) {
@@ -176,10 +101,14 @@ std::unique_ptr<Sequence> Needle2Model::new_sequence(const SequenceOptions &opt)
     uint32_t w = kv_window == -1 ? default_window_ : uint32_t(kv_window);
     // Sinks only matter under a window; a window plus sinks covering max_seq_len is full causal.
     s->kvl = KvLayout::make(w, opt.sink_tokens, g.Tmax);
+    // max_tokens bounds a full-causal ring (a window already bounds it).
+    s->limit = opt.max_tokens ? std::min(opt.max_tokens, g.Tmax) : g.Tmax;
+    if (s->kvl.window == 0) s->kvl.ring = std::min(s->kvl.ring, s->limit);
     s->ring = s->kvl.ring;
     s->options = opt;
     s->options.kv_window = int32_t(s->kvl.window);
     s->options.sink_tokens = s->kvl.sinks;
+    s->options.max_tokens = s->limit;
     s->options.probe_heads = opt.probe_heads && !heads_.empty();
     if (s->options.probe_heads) init_pool(s->pool);
     s->vring = g.S ? (g.taps - 1) * g.dil + 1 : 0;
@@ -294,6 +223,9 @@ Needle2Model::Needle2Model(std::shared_ptr<const FileBytes> bytes, const Contain
     info_.num_heads = g.H, info_.num_kv_heads = g.K, info_.head_dim = g.hd, info_.v_head_dim = g.hd;
     info_.max_seq_len = g.Tmax, info_.kv_window = default_window_;
     info_.mhc_lanes = g.n, info_.num_engram_sites = g.S;
+    info_.out_vocab = g.V;
+    info_.has_confidence_head = probe_head_dim(ProbeHead::Confidence) > 0;
+    info_.has_contrastive_head = probe_head_dim(ProbeHead::Contrastive) > 0;
     info_.file_bytes = c.file_bytes;
     for (const TensorRecord &t : c.tensors)
         if (t.dtype != DType::RAW) info_.weight_bytes += t.nbytes;
@@ -307,7 +239,7 @@ void Needle2Model::bind(const ContainerV2 &c) {
     const Needle2Geometry &g = g_;
     const CanonV2 &cn = c.canon;
     const uint32_t last = cn.final_norm();  // probe heads (after final_norm) are not bound here
-    size_t need = 4 * 256 * 2 + 2 * 256 + 16 + 8 + 4 * 2 + g.hd / 2;  // LUTs, RoPE frequencies
+    size_t need = CqTables::kFloats + g.hd / 2;  // LUTs, RoPE frequencies
     for (uint32_t i = 0; i <= last; ++i) {
         const TensorRecord &t = c.tensors[i];
         need += t.dtype == DType::CQ ? size_t(t.shape[0]) * ((t.shape[1] + t.group - 1) / t.group)
@@ -317,43 +249,11 @@ void Needle2Model::bind(const ContainerV2 &c) {
     Arena ar(arena_);
 
     // Level tables per width (cq-kernels.md §8). Ternary levels are indexed by crumb 0/1/2/3.
-    float *lv2 = ar.take(4), *lv3 = ar.take(8), *lv4 = ar.take(16), *lvt = ar.take(4);
-    std::memcpy(lv2, c.codebook, 16), std::memcpy(lv3, c.codebook + 4, 32);
-    std::memcpy(lv4, c.codebook + 12, 64);
-    const float tl = ternary_level(g.G);
-    lvt[0] = 0.0f, lvt[1] = tl, lvt[2] = 0.0f, lvt[3] = -tl;
-    float *lut2 = ar.take(1024), *lutt = ar.take(1024), *lut4 = ar.take(512);
-    for (uint32_t byte = 0; byte < 256; ++byte) {
-        for (uint32_t k = 0; k < 4; ++k) {
-            lut2[byte * 4 + k] = lv2[(byte >> (2 * k)) & 3u];
-            lutt[byte * 4 + k] = lvt[(byte >> (2 * k)) & 3u];
-        }
-        for (uint32_t k = 0; k < 2; ++k) lut4[byte * 2 + k] = lv4[(byte >> (4 * k)) & 15u];
-    }
-
-    auto cq = [&](uint32_t idx) {
-        const TensorRecord &t = c.tensors[idx];
-        CqMatrix m;
-        m.rows = t.shape[0], m.cols = t.shape[1], m.group = t.group;
-        m.cols_pad = round_up(m.cols, m.group), m.ngroups = m.cols_pad / m.group;
-        m.width = t.bits == 5 ? 2 : t.bits;
-        m.row_bytes = m.cols_pad * m.width / 8;
-        m.packed = t.data;
-        switch (t.bits) {
-        case 2: m.lut = lut2, m.levels = lv2; break;
-        case 3: m.lut = nullptr, m.levels = lv3; break;
-        case 4: m.lut = lut4, m.levels = lv4; break;
-        default: m.lut = lutt, m.levels = lvt; break;
-        }
-        float *nrm = ar.take(size_t(m.rows) * m.ngroups);
-        const uint8_t *src = t.data + size_t(m.rows) * m.row_bytes;
-        f16_to_f32_n(src, size_t(m.rows) * m.ngroups, nrm);
-        m.norms = nrm;
-        return m;
-    };
+    const CqTables tables = make_cq_tables(c.codebook, g.G, ar);
+    auto cq = [&](uint32_t idx) { return bind_cq(c.tensors[idx], tables, ar); };
     auto fp = [&](uint32_t idx) {
         float *p = ar.take(size_t(elements(c.tensors[idx])));
-        to_f32(c.tensors[idx], p);
+        to_f32(c.tensors[idx], elements(c.tensors[idx]), p);
         return static_cast<const float *>(p);
     };
 
@@ -383,6 +283,19 @@ void Needle2Model::bind(const ContainerV2 &c) {
         site_of_layer_[st.layer] = int32_t(s);
     }
     final_norm_ = fp(cn.final_norm());
+
+    // The matrices cq_matmul reads get the kernels' rows-in-lanes copy (engram tables are only
+    // read row by row through cq_dequantize_row, in stored form).
+    std::vector<CqMatrix *> mats{&embedding_, &phi_pre_, &phi_post_, &phi_res_};
+    for (Needle2Layer &ly : layers_)
+        for (CqMatrix *m : {&ly.q, &ly.k, &ly.v, &ly.gate, &ly.out}) mats.push_back(m);
+    for (Needle2EngramSite &st : sites_) mats.push_back(&st.key_proj), mats.push_back(&st.value_proj);
+    cq_block_matrices(mats.data(), mats.size(), blocked_);
+    // cq_matmul no longer reads their stored indices: their file pages leave the RSS, except the
+    // embedding's (cq_dequantize_row reads token rows in stored form).
+    if (blocked_.bytes())
+        for (const CqMatrix *m : mats)
+            if (m != &embedding_) bytes_->release_pages(m->packed, size_t(m->rows) * m->row_bytes);
 
     // RoPE frequencies (§2.1), float32. The cos/sin rows are made per position by rope_rows():
     // a [max_seq_len][head_dim] table cost ~5 M instructions at load and 512 KB for needle2.
@@ -474,19 +387,10 @@ void Needle2Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
         // Tap convolution over un-convolved values at p - j*dil: from this chunk when q >= p0,
         // else from the ring; the ring is written only afterwards (§6).
         float *ring = s.vraw.data() + size_t(si) * s.vring * g.D;
-        for (uint32_t i = 0; i < n; ++i) {
-            const uint32_t p = p0 + i;
-            float *ev = w.ev + i * SD + size_t(si) * g.D;
-            std::fill(ev, ev + g.D, 0.0f);
-            for (uint32_t j = 0; j < g.taps && j * g.dil <= p; ++j) {
-                const uint32_t q = p - j * g.dil;
-                const float *src = q >= p0 ? vc + size_t(q - p0) * SD : ring + size_t(q % s.vring) * g.D;
-                const float *tap = st.taps + size_t(j) * g.D;
-                for (uint32_t c = 0; c < g.D; ++c) ev[c] += tap[c] * src[c];
-            }
-        }
-        for (uint32_t i = (n > s.vring ? n - s.vring : 0); i < n; ++i)
-            std::memcpy(ring + size_t((p0 + i) % s.vring) * g.D, vc + i * SD, sizeof(float) * g.D);
+        for (uint32_t i = 0; i < n; ++i)
+            engram_conv_at(p0 + i, p0, g.taps, g.dil, 0, st.taps, vc, SD, ring, s.vring, g.D,
+                           w.ev + i * SD + size_t(si) * g.D);
+        engram_ring_store(p0, n, vc, SD, ring, s.vring, g.D);
     }
 }
 

@@ -296,3 +296,34 @@ class ChatTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Needle3Test(unittest.TestCase):
+    """One Needle 3 case (fixtures/v3 manifest: tiny3 chat, f32): prefill row, confidence,
+    depth and max_tokens through the binding."""
+
+    def test_tiny3_chat(self):
+        import json
+        v3 = os.path.join(FIXTURES, "v3")
+        with open(os.path.join(v3, "manifest.json")) as f:
+            case = next(c for c in json.load(f)["cases"] if c["id"] == "tiny3__chat__f32")
+        with open(os.path.join(v3, case["prompt_file"]), "rb") as f:
+            raw = f.read()
+        prompt = list(struct.unpack("<%dI" % (len(raw) // 4), raw))
+        with open(os.path.join(v3, case["prefill_logits"]), "rb") as f:
+            raw = f.read()
+        ref = struct.unpack("<%df" % (len(raw) // 4), raw)
+        with needle.Model(os.path.join(v3, "models", "tiny3.cact")) as m:
+            self.assertEqual(m.info.format_version, 3)
+            self.assertEqual(m.info.out_vocab, case["rows"])
+            self.assertEqual(m.info.has_confidence_head, 1)
+            with m.new_state(max_tokens=len(prompt)) as s:
+                got = s.prefill(prompt)
+                self.assertLessEqual(max(abs(a - b) for a, b in zip(got, ref)), 2e-4)
+                want = 1.0 / (1.0 + 2.718281828459045 ** -case["confidence_logit"])
+                self.assertAlmostEqual(s.confidence(), want, delta=1e-4)
+                with self.assertRaises(needle.NeedleError) as cm:
+                    s.decode(prompt[0])
+                self.assertEqual(cm.exception.status, needle.E_CONTEXT_FULL)
+        with needle.Model(os.path.join(v3, "models", "tiny3.cact"), depth=3) as m:
+            self.assertEqual(m.info.num_layers, 3)

@@ -47,6 +47,8 @@ pub struct needle_model_params {
     pub struct_size: u32,
     pub use_mmap: i32,
     pub n_threads: i32,
+    /// Needle 3 depth-ladder rung; 0 = all layers (needle.h).
+    pub depth: u32,
 }
 
 #[repr(C)]
@@ -80,6 +82,8 @@ pub struct needle_state_params {
     pub struct_size: u32,
     pub kv_window: i32,
     pub kv_type: i32,
+    /// Positions the state can hold; 0 = max_seq_len (needle.h).
+    pub max_tokens: u32,
 }
 
 pub const NEEDLE_KV_F32: i32 = 0;

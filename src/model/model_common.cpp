@@ -1,0 +1,121 @@
+// Shared model pieces (model_common.h).
+#include "model/model_common.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/f16.h"
+
+namespace needle {
+
+float *Arena::take(size_t n) {
+    if (used_ + n > v_.size()) fail(NEEDLE_E_INTERNAL, "arena sized too small");
+    float *p = v_.data() + used_;
+    used_ += n;
+    return p;
+}
+
+uint64_t elements(const TensorRecord &t) {
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < t.ndim; ++i) n *= t.shape[i];
+    return n;
+}
+
+void to_f32(const TensorRecord &t, uint64_t n, float *out) {
+    if (t.dtype == DType::F32) {
+        std::memcpy(out, t.data, n * 4);
+        return;
+    }
+    f16_to_f32_n(t.data, n, out);
+}
+
+void set_ternary_group(CqTables &t, uint32_t group, Arena &ar) {
+    // Unit Lloyd-Max level of a ternary trit, divided in double and rounded once (v2 §7.3).
+    const float tl = float(1.2240064 / std::sqrt(double(group)));
+    float *lvt = ar.take(4), *lutt = ar.take(1024);
+    lvt[0] = 0.0f, lvt[1] = tl, lvt[2] = 0.0f, lvt[3] = -tl;
+    for (uint32_t byte = 0; byte < 256; ++byte)
+        for (uint32_t k = 0; k < 4; ++k) lutt[byte * 4 + k] = lvt[(byte >> (2 * k)) & 3u];
+    t.lvt = lvt, t.lutt = lutt;
+}
+
+CqTables make_cq_tables(const float *codebook, uint32_t ternary_group, Arena &ar) {
+    CqTables t{};
+    float *lv2 = ar.take(4), *lv3 = ar.take(8), *lv4 = ar.take(16);
+    std::memcpy(lv2, codebook, 16), std::memcpy(lv3, codebook + 4, 32);
+    std::memcpy(lv4, codebook + 12, 64);
+    float *lut2 = ar.take(1024), *lut4 = ar.take(512);
+    for (uint32_t byte = 0; byte < 256; ++byte) {
+        for (uint32_t k = 0; k < 4; ++k) lut2[byte * 4 + k] = lv2[(byte >> (2 * k)) & 3u];
+        for (uint32_t k = 0; k < 2; ++k) lut4[byte * 2 + k] = lv4[(byte >> (4 * k)) & 15u];
+    }
+    t.lv2 = lv2, t.lv3 = lv3, t.lv4 = lv4, t.lut2 = lut2, t.lut4 = lut4;
+    set_ternary_group(t, ternary_group, ar);
+    return t;
+}
+
+CqMatrix bind_cq(const TensorRecord &t, const CqTables &tb, Arena &ar) {
+    CqMatrix m;
+    const uint32_t bits = t.bits & 0xffu;
+    m.rows = t.shape[0], m.cols = t.shape[1], m.group = t.group;
+    m.cols_pad = round_up(m.cols, m.group), m.ngroups = m.cols_pad / m.group;
+    m.width = bits == 5 ? 2 : bits;
+    m.row_bytes = m.cols_pad * m.width / 8;
+    m.packed = t.data;
+    switch (bits) {
+    case 2: m.lut = tb.lut2, m.levels = tb.lv2; break;
+    case 3: m.lut = nullptr, m.levels = tb.lv3; break;
+    case 4: m.lut = tb.lut4, m.levels = tb.lv4; break;
+    default: m.lut = tb.lutt, m.levels = tb.lvt; break;
+    }
+    float *nrm = ar.take(size_t(m.rows) * m.ngroups);
+    f16_to_f32_n(t.data + size_t(m.rows) * m.row_bytes, size_t(m.rows) * m.ngroups, nrm);
+    m.norms = nrm;
+    return m;
+}
+
+void engram_conv_at(uint32_t p, uint32_t p0, uint32_t n_taps, uint32_t dil, uint32_t order_gate,
+                    const float *taps, const float *chunk, size_t chunk_stride, const float *ring,
+                    uint32_t ring_rows, uint32_t d, float *ev) {
+    std::fill(ev, ev + d, 0.0f);
+    for (uint32_t j = 0; j < n_taps && j * dil <= p && p >= j * order_gate; ++j) {
+        const uint32_t q = p - j * dil;
+        const float *src = q >= p0 ? chunk + size_t(q - p0) * chunk_stride : ring + size_t(q % ring_rows) * d;
+        const float *tap = taps + size_t(j) * d;
+        for (uint32_t c = 0; c < d; ++c) ev[c] += tap[c] * src[c];
+    }
+}
+
+void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk_stride, float *ring,
+                       uint32_t ring_rows, uint32_t d) {
+    for (uint32_t i = (n > ring_rows ? n - ring_rows : 0); i < n; ++i)
+        std::memcpy(ring + size_t((p0 + i) % ring_rows) * d, chunk + i * chunk_stride, sizeof(float) * d);
+}
+
+namespace {
+// Log-sum-exp of n values with stride (model-v2.md §2).
+float lse(const float *v, uint32_t n, uint32_t stride) {
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, v[i * stride]);
+    float s = 0.0f;
+    for (uint32_t i = 0; i < n; ++i) s += std::exp(v[i * stride] - mx);
+    return mx + std::log(s);
+}
+}  // namespace
+
+void sinkhorn(float *m, uint32_t n) {
+    for (int it = 0; it < 20; ++it) {
+        for (uint32_t i = 0; i < n; ++i) {
+            const float r = lse(m + i * n, n, 1);
+            for (uint32_t j = 0; j < n; ++j) m[i * n + j] -= r;
+        }
+        for (uint32_t j = 0; j < n; ++j) {
+            const float c = lse(m + j, n, n);
+            for (uint32_t i = 0; i < n; ++i) m[i * n + j] -= c;
+        }
+    }
+    for (uint32_t i = 0; i < n * n; ++i) m[i] = std::exp(m[i]);
+}
+
+}  // namespace needle

@@ -1,0 +1,82 @@
+// Pieces shared by the Needle 2 and Needle 3 forward passes: the load-time float arena, CQ
+// matrix binding with its level tables, float-record conversion, per-position parallel loops,
+// log-domain Sinkhorn (model-v2.md §2.2 = model-v3.md §2.3) and SiLU.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "container/cact_records.h"
+#include "core/parallel.h"
+#include "kernels/kernels.h"
+
+namespace needle {
+
+inline uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
+
+inline float silu(float z) { return z * sigmoid(z); }
+
+// Cells of a vector sized before anything is converted, handed out in order.
+class Arena {
+public:
+    explicit Arena(std::vector<float> &v) : v_(v) {}
+    float *take(size_t n);  // throws Error(INTERNAL) when sized too small
+
+private:
+    std::vector<float> &v_;
+    size_t used_ = 0;
+};
+
+// Product of the record's shape (v2 float records: shape == element count).
+uint64_t elements(const TensorRecord &t);
+
+// n values of an FP16 or FP32 record into out.
+void to_f32(const TensorRecord &t, uint64_t n, float *out);
+
+// Level tables for CQ matrices (cq-kernels.md §8): the 28 stored levels, byte LUTs for widths
+// 2 and 4, and the ternary levels of one group size.
+struct CqTables {
+    const float *lv2, *lv3, *lv4, *lvt, *lut2, *lut4, *lutt;
+    static constexpr size_t kFloats = 4 + 8 + 16 + 4 + 1024 + 512 + 1024;
+    static constexpr size_t kTernaryFloats = 4 + 1024;
+};
+CqTables make_cq_tables(const float *codebook, uint32_t ternary_group, Arena &ar);
+// Replaces the ternary tables of t by those of `group` (s = 1.2240064 / sqrt(group)).
+void set_ternary_group(CqTables &t, uint32_t group, Arena &ar);
+
+// A CqMatrix over record t (shape[0] x shape[1], its own group; bits low byte), norms converted
+// into the arena (rows * ngroups floats).
+CqMatrix bind_cq(const TensorRecord &t, const CqTables &tables, Arena &ar);
+inline size_t cq_norm_floats(const TensorRecord &t) {
+    return size_t(t.shape[0]) * ((uint64_t(t.shape[1]) + t.group - 1) / t.group);
+}
+
+// Runs fn(i) for every position of a chunk, split over the caller's task arena (one position
+// runs inline: a decode step).
+template <class Fn>
+void for_positions(uint32_t n, const Fn &fn) {
+    if (n == 1) {
+        fn(0u);
+        return;
+    }
+    parallel_for(0, n, 1, [&](uint32_t b, uint32_t e) {
+        for (uint32_t i = b; i != e; ++i) fn(i);
+    });
+}
+
+// Engram value convolution at position p (model-v2.md §2.4, model-v3.md §1.2):
+// ev[c] = sum_j taps[j][c] * v_{p - j*dil}[c] over j < n_taps with j*dil <= p and
+// p >= j*order_gate (v3's max_order clause; 0 = none). v_q comes from the chunk when q >= p0
+// (chunk + (q - p0) * chunk_stride), else from the ring (row q % ring_rows). ev[d] is overwritten.
+void engram_conv_at(uint32_t p, uint32_t p0, uint32_t n_taps, uint32_t dil, uint32_t order_gate,
+                    const float *taps, const float *chunk, size_t chunk_stride, const float *ring,
+                    uint32_t ring_rows, uint32_t d, float *ev);
+// After a chunk of n positions at p0: the last ring_rows pre-conv values go into the ring.
+void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk_stride, float *ring,
+                       uint32_t ring_rows, uint32_t d);
+
+// Log-domain Sinkhorn on m[n][n]: 20 rounds of row then column log-sum-exp, then exp.
+void sinkhorn(float *m, uint32_t n);
+
+}  // namespace needle
