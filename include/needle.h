@@ -426,6 +426,9 @@ typedef struct needle_chat_params {
                                  "required" key appeared (§6.4 switch) */
     int32_t stop_needs_call;  /* 1 (default): EOS and <|im_end|> are masked until a call list
                                  has closed (§6.3 switch) */
+    int32_t sinks;            /* 1 (default): the static prefix stays visible as KV sinks however
+                                 long the conversation (§10.3); 0: plain window (upstream's
+                                 public reference) */
 } needle_chat_params;
 
 /** Fills `p` with defaults. NULL is ignored. */
@@ -433,7 +436,8 @@ NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
 
 /** Starts a conversation. `system` (NULL = "") is inserted raw in the system turn (omitted when
  *  empty); `tools_json` (NULL = "[]") is parsed and re-serialised canonically (§3.3). The static
- *  prefix (BOS through the closing </tools>) is prefilled here and kept for reset().
+ *  prefix (BOS through the closing </tools>) is prefilled by the first turn and a copy of that
+ *  state is kept, so reset() never prefills it again.
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL model/out, bad params, invalid JSON or UTF-8, not
  *  an array, a tool that is not an object or has no string "name", tool_choice REQUIRED with no
  *  tool: the message says which); CONTEXT_FULL (the static prefix leaves fewer than 256 positions

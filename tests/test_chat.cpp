@@ -3,6 +3,7 @@
 // buffer rules, bad input.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -396,4 +397,38 @@ TEST_CASE("chat: a conversation that reaches max_seq_len fails with context_full
     needle_chat_reset(c.get());
     const auto env = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Paris?", 48));
     CHECK(env["error_code"] != "context_full");
+}
+
+TEST_CASE("chat: reset restores the static prefix from its copy (no prefill) and replays the turn") {
+    const char *tools = R"([{"name": "get_weather", "parameters": {"type": "object", "properties": )"
+                        R"({"city": {"type": "string", "enum": ["Paris", "Oslo"]}}, "required": ["city"]}}])";
+    Chat c = make_chat(tiny().get(), "date: 2026-07-21", tools, params(NEEDLE_TOOL_CHOICE_REQUIRED));
+    uint32_t n_prefix = 0;
+    REQUIRE(needle_chat_static_prefix_tokens(c.get(), &n_prefix) == NEEDLE_OK);
+    const size_t n_turn = api_test::tokenize(tiny().get(), render(c.get(), "Weather in Oslo?"), true).size() - n_prefix;
+    needle_chat_stats s1{}, s2{};
+    s1.struct_size = s2.struct_size = sizeof s1;
+    const auto a = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Oslo?", 48));
+    REQUIRE(needle_chat_last_stats(c.get(), &s1) == NEEDLE_OK);
+    CHECK(s1.prefill_tokens == n_prefix + n_turn);  // first turn: the prefix is run here
+    CHECK(s1.call_tokens > 0);
+    CHECK(s1.generated_tokens >= s1.call_tokens);
+    CHECK(s1.grammar_ms <= s1.decode_ms);
+    CHECK(s1.p_decode > 0.0);
+    CHECK(s1.p_decode <= 1.0);
+    // tiny has a confidence head: confidence = min(head, decode) rounded to 4 decimals (§8).
+    REQUIRE(s1.p_head >= 0.0);
+    CHECK(s1.p_head <= 1.0);
+    CHECK(std::abs(a["confidence"].get<double>() - std::min(s1.p_head, s1.p_decode)) <= 0.5e-4 + 1e-12);
+    needle_chat_reset(c.get());
+    const auto b = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Oslo?", 48));
+    REQUIRE(needle_chat_last_stats(c.get(), &s2) == NEEDLE_OK);
+    CHECK(s2.prefill_tokens == n_turn);  // the prefix came from the copy
+    CHECK(b["function_calls"] == a["function_calls"]);
+    CHECK(b["reasoning"] == a["reasoning"]);
+    CHECK(s2.p_decode == s1.p_decode);  // bit-identical continuation
+    CHECK(s2.p_head == s1.p_head);
+    needle_chat_stats bad{};
+    bad.struct_size = 4;
+    EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_chat_last_stats(c.get(), &bad), "struct_size");
 }

@@ -99,7 +99,8 @@ _size = ctypes.c_size_t
 class _ChatParams(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("tool_choice", ctypes.c_int32),
                 ("kv_type", ctypes.c_int32), ("grammar", ctypes.c_int32),
-                ("require_required", ctypes.c_int32), ("stop_needs_call", ctypes.c_int32)]
+                ("require_required", ctypes.c_int32), ("stop_needs_call", ctypes.c_int32),
+                ("sinks", ctypes.c_int32)]
 
 
 # name: (restype, argtypes)

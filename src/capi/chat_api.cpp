@@ -75,6 +75,7 @@ needle::chat::ChatOptions options_of(const needle_chat_params &p) {
     o.grammar = p.grammar != 0;
     o.require_required = p.require_required != 0;
     o.stop_needs_call = p.stop_needs_call != 0;
+    o.sinks = p.sinks != 0;
     return o;
 }
 
@@ -123,6 +124,7 @@ void needle_chat_params_init(needle_chat_params *p) {
     p->grammar = 1;
     p->require_required = 1;
     p->stop_needs_call = 1;
+    p->sinks = 1;
 }
 
 needle_status needle_chat_create(needle_model *model, const char *system, const char *tools_json,

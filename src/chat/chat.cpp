@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/state_io.h"
 
 namespace needle {
 namespace chat {
@@ -65,7 +66,10 @@ Chat::Chat(std::shared_ptr<const Model> model, std::string_view system, std::str
     if (opt_.grammar) matcher_ = std::make_unique<GrammarMatcher>(grammar_, *token_bytes_);
     SequenceOptions so;
     so.kv_type = opt_.kv_type;
+    so.sink_tokens = opt_.sinks ? uint32_t(prefix_ids_.size()) : 0;
+    so.probe_heads = true;  // the confidence head (§8) pools while the conversation is fed
     seq_ = model_->new_sequence(so);
+    prefix_seq_ = model_->new_sequence(so);
     step_ = model_->new_workspace(1);
     batch_ = model_->new_workspace(std::min<uint32_t>(32, mi.max_seq_len));
     logits_.resize(mi.vocab_size);
@@ -98,11 +102,17 @@ void Chat::parse_tools(std::string_view tools_json) {
     write_canonical(tools_, tools_text_);
 }
 
-// Until needle_state_copy is in main this re-prefills the static prefix; swapping in a copy of
-// a snapshot taken after the first prefill is a change of this function only.
+// The first call prefills the static prefix and keeps a copy of the state after it; every later
+// call (reset) copies it back: bit-identical to prefilling again (§10.4), without the forward.
 void Chat::restore_prefix() {
-    seq_->reset();
-    feed(*model_, *seq_, *batch_, prefix_ids_.data(), prefix_ids_.size(), nullptr);
+    if (have_snapshot_) {
+        copy_sequence(*seq_, *prefix_seq_);
+    } else {
+        seq_->reset();
+        feed(*model_, *seq_, *batch_, prefix_ids_.data(), prefix_ids_.size(), nullptr);
+        copy_sequence(*prefix_seq_, *seq_);
+        have_snapshot_ = true;
+    }
     at_prefix_ = true;
     turns_ = 0;
     last_had_calls_ = false;
@@ -143,7 +153,7 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
         return write_envelope(e);
     }
     const bool rewound = !at_prefix_ && turns_ == 0;
-    const size_t restored = rewound ? prefix_ids_.size() : 0;
+    const size_t restored = rewound && !have_snapshot_ ? prefix_ids_.size() : 0;  // run this turn
     const uint32_t base = rewound ? uint32_t(prefix_ids_.size()) : seq_->pos;
     turn_ids(text, feed_ids_);
     const uint32_t Tmax = model_->info().max_seq_len;

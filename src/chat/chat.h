@@ -28,6 +28,7 @@ struct ChatOptions {
     bool grammar = true;                      // §6: constrain the call payload
     bool require_required = true;             // §6.4 switch: '}' only after every required key
     bool stop_needs_call = true;              // §6.3 switch: EOS / <|im_end|> masked until a call list closed
+    bool sinks = true;                        // §10.3: the static prefix pinned as KV sinks
 };
 
 // Figures of the last turn (needle_chat_stats).
@@ -82,6 +83,7 @@ private:
     bool is_tool_result_turn() const { return turns_ > 0 && last_had_calls_; }
     Stop decode(uint32_t max_new_tokens, TurnResult &r);
     uint32_t choose(int phase, bool forbid_empty_list, TurnResult &r);
+    double head_probability() const;
     void finish_envelope(const TurnResult &r, Stop stop, Envelope &e);
 
     std::shared_ptr<const Model> model_;
@@ -95,6 +97,8 @@ private:
     std::string prefix_text_;               // static prefix text (§10.3)
     std::vector<uint32_t> prefix_ids_;      // BOS + encode(prefix_text_)
     std::unique_ptr<Sequence> seq_;
+    std::unique_ptr<Sequence> prefix_seq_;  // seq_ right after the static prefix (§10.4)
+    bool have_snapshot_ = false;
     std::unique_ptr<Workspace> step_, batch_;
     bool at_prefix_ = false;                // seq_ holds exactly the static prefix
     uint32_t turns_ = 0;                    // completed turns since the prefix

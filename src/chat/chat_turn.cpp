@@ -144,13 +144,23 @@ std::string check_calls_shape(const JsonValue &calls, const std::vector<const Js
 }
 }  // namespace
 
+// §8 [C]: σ(confidence head) pooled online over every position the state was fed (BOS, the
+// prompt, the generated ids through </tool_call>; the stop token is never fed), with the
+// state's window and sinks as head window. -1 when the model has no confidence head.
+double Chat::head_probability() const {
+    if (model_->probe_head_dim(ProbeHead::Confidence) != 1 || !seq_->options.probe_heads) return -1.0;
+    float logit = 0.0f;
+    model_->probe_head_output(*seq_, ProbeHead::Confidence, &logit);
+    return 1.0 / (1.0 + std::exp(-double(logit)));
+}
+
 void Chat::finish_envelope(const TurnResult &r, Stop stop, Envelope &e) {
     const Completion c = parse_completion(*tok_, ids_, gen_.data(), gen_.size());
     e.reasoning = c.reasoning;  // filled even on failure [O]
     // §8 [C]: exp(mean log p) over the call tokens; over all tokens when there is no call.
     stats_.p_decode = r.n_call ? std::exp(r.logp_call / r.n_call)
                                : (r.generated ? std::exp(r.logp_all / r.generated) : 0.0);
-    stats_.p_head = -1.0;  // the confidence head is not wired yet (needle_state_confidence)
+    stats_.p_head = head_probability();
     e.confidence = combine_confidence(stats_.p_head, stats_.p_decode);
     if (stop == Stop::Internal) return set_failure(e, "internal", r.internal);
     if (opt_.tool_choice == ToolChoice::None) {  // no call possible: the loop is finished
