@@ -1,20 +1,27 @@
 /* needle-bench: load time, prefill and decode throughput and peak memory of one model.
  *
  *   needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T]
- *                [--chunk C] [--runs R] [--kv f32|int8] [--depth D] [--max-tokens M] [--json]
+ *                [--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D]
+ *                [--max-tokens M] [--json]
  *
  * The prompt is a fixed pseudo-random token sequence (no tokenizer needed), prefilled through a
  * batch of C positions (C = 0: one position at a time); then M greedy decode steps. Figures are
- * medians over R runs, each on a fresh state. Uses only needle.h. */
+ * medians over R runs, each on a fresh state. Uses only needle.h.
+ *
+ * --isa NAME runs the kernels of that instruction set (as NEEDLE_FORCE_ISA=NAME does); --isa all
+ * runs this program once per ISA the CPU and the library have (avx512, avx2, sse4_2, neon,
+ * scalar) and prints them side by side (--json: one object per ISA, one a line). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "needle.h"
+#include "needle_bench_chat.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -57,7 +64,74 @@ static uint32_t argmax(const float *v, uint32_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
-               "[--chunk C] [--runs R] [--kv f32|int8] [--depth D] [--max-tokens M] [--json]\n");
+               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--json] [--chat]\n"
+               "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools, the grammar's\n"
+               "          cost per call token next to the decode step's\n");
+}
+
+/* One child run of this program under NEEDLE_FORCE_ISA=isa with --json; its JSON line in out.
+ * Returns 0 on success. */
+static int run_child(char **argv, int argc, const char *isa, char *out, size_t cap) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    const pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        char **args = calloc((size_t)argc + 2, sizeof(char *));
+        int n = 0;
+        for (int i = 0; i < argc; ++i) {
+            if (!strcmp(argv[i], "--isa")) { ++i; continue; }
+            if (!strcmp(argv[i], "--json")) continue;
+            args[n++] = argv[i];
+        }
+        args[n++] = "--json";
+        args[n] = NULL;
+        dup2(fd[1], 1);
+        close(fd[0]), close(fd[1]);
+        setenv("NEEDLE_FORCE_ISA", isa, 1);
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t r;
+    while (len + 1 < cap && (r = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)r;
+    out[len] = 0;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static double json_num(const char *js, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(js, pat);
+    return p ? atof(p + strlen(pat)) : 0.0;
+}
+
+/* --isa all: every ISA whose forced run reports that ISA (a CPU that cannot run it falls back). */
+static int run_all_isas(int argc, char **argv, int json) {
+    static const char *const isas[] = {"avx512", "avx2", "sse4_2", "neon", "scalar"};
+    char buf[4096], want[64];
+    int shown = 0;
+    if (!json) printf("%-8s %10s %14s %14s %10s\n", "isa", "load ms", "prefill tok/s", "decode tok/s", "RSS MB");
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; ++i) {
+        if (run_child(argv, argc, isas[i], buf, sizeof buf) != 0) {
+            fprintf(stderr, "needle-bench: the %s run failed\n", isas[i]);
+            return 1;
+        }
+        snprintf(want, sizeof want, "\"isa\":\"%s\"", isas[i]);
+        if (!strstr(buf, want)) continue; /* not run by this CPU or not built */
+        ++shown;
+        if (json) fputs(buf, stdout);
+        else
+            printf("%-8s %10.3f %14.1f %14.1f %10.1f\n", isas[i], json_num(buf, "load_ms"),
+                   json_num(buf, "prefill_tok_per_s"), json_num(buf, "decode_tok_per_s"),
+                   json_num(buf, "peak_rss_bytes") / 1048576.0);
+        fflush(stdout);
+    }
+    return shown ? 0 : 1;
 }
 
 /* Resident bytes of this process now (/proc/self/statm), 0 where unavailable. */
@@ -74,11 +148,12 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     long prompt_n = 512, decode_n = 128, threads = 0, chunk = 32, runs = 3;  /* chunk: needle.h */
     long depth = 0, max_tokens = -1;  /* -1: prompt + decode tokens */
-    int json = 0;
-    const char *kv = "f32";
+    int json = 0, chat = 0;
+    const char *kv = "f32", *isa = NULL;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--chat")) { chat = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         if (i + 1 >= argc) { fprintf(stderr, "needle-bench: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--model")) path = argv[++i];
@@ -88,6 +163,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chunk")) chunk = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--runs")) runs = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--kv")) kv = argv[++i];
+        else if (!strcmp(a, "--isa")) isa = argv[++i];
         else if (!strcmp(a, "--depth")) depth = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--max-tokens")) max_tokens = arg_long(a, argv[++i]);
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
@@ -96,6 +172,8 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (isa && !strcmp(isa, "all")) return run_all_isas(argc, argv, json);
+    if (isa) setenv("NEEDLE_FORCE_ISA", isa, 1); /* read at the library's first kernel call */
 
     needle_model_params mp;
     needle_model_params_init(&mp);
@@ -113,6 +191,12 @@ int main(int argc, char **argv) {
         load[r] = now_ms() - t0;
         if (st != NEEDLE_OK) return die(path, st);
         model = m;
+    }
+    if (chat) {
+        const int rc = bench_chat(model, (int)runs, json);
+        needle_model_free(model);
+        free(load), free(pre), free(dec);
+        return rc;
     }
     needle_model_info info;
     memset(&info, 0, sizeof info);

@@ -2,6 +2,8 @@
  *
  *   needle-run [--model FILE] [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]
  *              [--seed S] [--threads N] "prompt"
+ *   needle-run [--model FILE] --tools FILE [--system TEXT] [--tool-choice auto|required|none]
+ *              [--max-tokens N] "query"      one tool-calling turn: prints the JSON envelope
  *
  * Without --model it runs the demo model written at build time (random weights: its text is
  * noise, but every step of the engine runs). Uses only needle.h. */
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "needle.h"
+#include "needle_run_chat.h"
 
 #ifndef NEEDLE_DEMO_MODEL
 #define NEEDLE_DEMO_MODEL "needle-demo.cact"
@@ -28,10 +31,16 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: needle-run [--model FILE] [--max-tokens N] [--temperature T] [--top-k K]\n"
             "                  [--top-p P] [--seed S] [--threads N] \"prompt\"\n"
+            "       needle-run [--model FILE] --tools FILE [--system TEXT]\n"
+            "                  [--tool-choice auto|required|none] [--max-tokens N] \"query\"\n"
             "  --model FILE     a Needle 2 or Needle 3 .cact container (default: the bundled demo model)\n"
             "  --max-tokens N   tokens to generate (default 64)\n"
             "  --temperature T  0 = greedy (default); > 0 samples\n"
             "  --top-k K, --top-p P, --seed S   sampling controls\n"
+            "  --tools FILE     a JSON array of tool schemas: run one tool-calling turn and print\n"
+            "                   the response envelope (--max-tokens default 256 then)\n"
+            "  --system TEXT    system facts for the tool-calling turn\n"
+            "  --tool-choice C  auto (default), required or none\n"
             "  --threads N      worker threads (default 0 = all cores; more than the cores are clamped)\n");
 }
 
@@ -54,6 +63,8 @@ static int fail(const char *what, needle_status st) {
 
 int main(int argc, char **argv) {
     const char *model_path = NEEDLE_DEMO_MODEL;
+    const char *tools_path = NULL, *system = "";
+    int tool_choice = NEEDLE_TOOL_CHOICE_AUTO, max_set = 0;
     const char *prompt = NULL;
     needle_generate_params gp;
     needle_generate_params_init(&gp);
@@ -70,7 +81,16 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (!strcmp(a, "--model")) model_path = argv[++i];
-        else if (!strcmp(a, "--max-tokens")) gp.max_tokens = (uint32_t)number(a, argv[++i]);
+        else if (!strcmp(a, "--tools")) tools_path = argv[++i];
+        else if (!strcmp(a, "--system")) system = argv[++i];
+        else if (!strcmp(a, "--tool-choice")) {
+            const char *c = argv[++i];
+            if (!strcmp(c, "auto")) tool_choice = NEEDLE_TOOL_CHOICE_AUTO;
+            else if (!strcmp(c, "required")) tool_choice = NEEDLE_TOOL_CHOICE_REQUIRED;
+            else if (!strcmp(c, "none")) tool_choice = NEEDLE_TOOL_CHOICE_NONE;
+            else { fprintf(stderr, "needle-run: --tool-choice takes auto, required or none, got '%s'\n", c); return 2; }
+        }
+        else if (!strcmp(a, "--max-tokens")) { gp.max_tokens = (uint32_t)number(a, argv[++i]); max_set = 1; }
         else if (!strcmp(a, "--temperature")) gp.temperature = (float)number(a, argv[++i]);
         else if (!strcmp(a, "--top-k")) gp.top_k = (int32_t)number(a, argv[++i]);
         else if (!strcmp(a, "--top-p")) gp.top_p = (float)number(a, argv[++i]);
@@ -91,6 +111,11 @@ int main(int argc, char **argv) {
     needle_batch *batch = NULL;
     needle_status st = needle_model_load_file(model_path, &mp, &model);
     if (st != NEEDLE_OK) return fail(model_path, st);
+    if (tools_path) {
+        const int rc = run_chat(model, tools_path, system, tool_choice, max_set ? gp.max_tokens : 256, prompt);
+        needle_model_free(model);
+        return rc;
+    }
     if ((st = needle_state_create(model, &state)) != NEEDLE_OK) return fail("state", st);
     if ((st = needle_batch_create(model, 32, &batch)) != NEEDLE_OK) {  /* needle.h: why 32 */
         /* a model with max_seq_len < 32: fall back to one position at a time */

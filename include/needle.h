@@ -397,6 +397,133 @@ NEEDLE_API needle_status needle_state_save(const needle_state *state, void *buf,
  *  the state is unchanged); INVALID_ARGUMENT (NULL state, NULL buf with len > 0). */
 NEEDLE_API needle_status needle_state_load(needle_state *state, const void *buf, size_t len);
 
+/* ---------------------------------------------------------------- tool-calling chat (issue 9) */
+
+/* One tool-calling conversation (shared/spec/tool-calling.md): a model, the system facts, the
+ * tools (a JSON array of schemas) and the transcript. Each complete() runs one turn: renders the
+ * Needle chat template (§3), prefills what the model has not seen, decodes greedily with the
+ * call payload constrained by a grammar compiled from the schemas (§6), and writes the JSON
+ * response envelope (§7). Use one chat from one thread at a time; it keeps its model alive. */
+typedef struct needle_chat needle_chat;
+
+/** tool_choice values (needle_chat_params.tool_choice). */
+#define NEEDLE_TOOL_CHOICE_AUTO 0     /* the model decides (default) */
+#define NEEDLE_TOOL_CHOICE_REQUIRED 1 /* the turn starts with <tool_call>; on a query turn the
+                                         list must be non-empty (a tool-result turn may still
+                                         answer [] so an agent loop can finish) */
+#define NEEDLE_TOOL_CHOICE_NONE 2     /* no call: <tool_call> is masked; type "respond" */
+
+/** Options of needle_chat_create. Initialise with needle_chat_params_init(); fields are read up
+ *  to struct_size (later fields keep their defaults for a shorter struct). */
+typedef struct needle_chat_params {
+    uint32_t struct_size;
+    int32_t tool_choice;      /* NEEDLE_TOOL_CHOICE_*, default AUTO */
+    int32_t kv_type;          /* needle_kv_type of the conversation's state, default F32 */
+    int32_t grammar;          /* 1 (default): constrained decoding inside <tool_call> (§6);
+                                 0: free decoding, the payload is validated afterwards */
+    int32_t require_required; /* 1 (default): an arguments object closes only once every
+                                 "required" key appeared (§6.4 switch) */
+    int32_t stop_needs_call;  /* 1 (default): EOS and <|im_end|> are masked until a call list
+                                 has closed (§6.3 switch) */
+} needle_chat_params;
+
+/** Fills `p` with defaults. NULL is ignored. */
+NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
+
+/** Starts a conversation. `system` (NULL = "") is inserted raw in the system turn (omitted when
+ *  empty); `tools_json` (NULL = "[]") is parsed and re-serialised canonically (§3.3). The static
+ *  prefix (BOS through the closing </tools>) is prefilled here and kept for reset().
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL model/out, bad params, invalid JSON or UTF-8, not
+ *  an array, a tool that is not an object or has no string "name", tool_choice REQUIRED with no
+ *  tool: the message says which); CONTEXT_FULL (the static prefix leaves fewer than 256 positions
+ *  before max_seq_len); UNSUPPORTED (no tokenizer or chat markers); NO_MEMORY. *out is NULL on
+ *  failure. */
+NEEDLE_API needle_status needle_chat_create(needle_model *model, const char *system,
+                                            const char *tools_json, const needle_chat_params *p,
+                                            needle_chat **out);
+
+/** The exact UTF-8 text the next complete(text) would feed (no BOS): the whole prompt on the
+ *  first turn, else the later-turn rendering (§10.2, starting with the previous turn's
+ *  <|im_end|>). Writes it plus a NUL; *len = its length without the NUL. If cap < len + 1,
+ *  writes nothing, reports *len and returns BUFFER_TOO_SMALL (out may be NULL with cap 0).
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL chat/text/len, invalid UTF-8); BUFFER_TOO_SMALL. */
+NEEDLE_API needle_status needle_chat_render(needle_chat *chat, const char *text, char *out,
+                                            size_t cap, size_t *len);
+
+/** One turn on `text` (a query, or tool results as JSON after a turn that returned calls):
+ *  writes the NUL-terminated envelope of §7 (fields type, success, error, error_code, reason,
+ *  function_calls, suppressed_calls, reasoning, confidence, prefill_tps, decode_tps,
+ *  peak_ram_mb, in that order) and *len = its length without the NUL (len may be NULL).
+ *  Failures of the turn itself (invalid UTF-8, context full, truncation, schema violation) are
+ *  envelopes with success false and NEEDLE_OK. If the envelope does not fit `cap`, writes the
+ *  minimal envelope with error_code "buffer_too_small" when that fits (else "" when cap >= 1),
+ *  sets *len to the full envelope's length and returns BUFFER_TOO_SMALL; the turn still counts.
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL chat/text/out, cap < 2, max_new_tokens 0);
+ *  BUFFER_TOO_SMALL; NO_MEMORY; INTERNAL. */
+NEEDLE_API needle_status needle_chat_complete(needle_chat *chat, const char *text,
+                                              uint32_t max_new_tokens, char *out, size_t cap,
+                                              size_t *len);
+
+/** Rewinds the conversation to the cached static prefix; tools and system stay. NULL ignored. */
+NEEDLE_API void needle_chat_reset(needle_chat *chat);
+
+/** Frees a chat. NULL is ignored. */
+NEEDLE_API void needle_chat_free(needle_chat *chat);
+
+/** The canonical tools JSON placed between <tools> and </tools> (§3.3), with the buffer rules of
+ *  needle_chat_render. Returns NEEDLE_OK; INVALID_ARGUMENT; BUFFER_TOO_SMALL. */
+NEEDLE_API needle_status needle_chat_tools_json(const needle_chat *chat, char *out, size_t cap,
+                                                size_t *len);
+
+/** Tokens of the static prefix (BOS included; the KV-sink / prefix-cache region, §10.3).
+ *  Returns NEEDLE_OK or INVALID_ARGUMENT (NULL arguments). */
+NEEDLE_API needle_status needle_chat_static_prefix_tokens(const needle_chat *chat, uint32_t *n_tokens);
+
+/** Figures of the last needle_chat_complete turn (debug and benchmarks). Set struct_size. */
+typedef struct needle_chat_stats {
+    uint32_t struct_size;
+    uint32_t prefill_tokens;   /* tokens run through the model before the first generated one */
+    uint32_t generated_tokens; /* stop token excluded */
+    uint32_t call_tokens;      /* generated after <tool_call>, through </tool_call> */
+    double prefill_ms, decode_ms; /* wall time; decode_ms includes grammar_ms */
+    double grammar_ms;         /* token masks and automaton steps inside the call */
+    double p_decode;           /* confidence part: exp(mean log p) of the call tokens (§8) */
+    double p_head;             /* confidence part: the confidence head (-1: not available) */
+} needle_chat_stats;
+
+/** Writes the last turn's figures (zeros before the first turn). Returns NEEDLE_OK or
+ *  INVALID_ARGUMENT (NULL arguments, struct_size smaller than this struct). */
+NEEDLE_API needle_status needle_chat_last_stats(const needle_chat *chat, needle_chat_stats *stats);
+
+/* ---------------------------------------------------------------- upstream-compatible API (issue 9) */
+
+/* The four calls of upstream's libneedle (tokenizer-and-prompt.md §7), with its exact
+ * signatures, over ONE process-wide chat. Calls serialize on a mutex (any thread; concurrent
+ * callers wait). Negative returns are -(needle_status) (e.g. -1 invalid argument, -7 buffer too
+ * small); needle_last_error() of the calling thread has the message. */
+
+/** Loads the model from `size` bytes of a .cact container (copied; the caller may free them).
+ *  Replaces an earlier model and ends the current conversation (call needle_init again).
+ *  Returns 0, or a negative code (NULL blob, damaged or unsupported container). */
+NEEDLE_API int needle_load(const char *blob, uint64_t size);
+
+/** Binds system facts (NULL = "") and tools (NULL = "[]") and starts a new conversation, as
+ *  needle_chat_create with default params. Without needle_load the model is the file named by the
+ *  environment variable NEEDLE_MODEL (loaded once). `tool_index_path` may be NULL; it is
+ *  accepted and not used until tool retrieval is built (then it persists the tool embeddings).
+ *  Returns 0, or a negative code (no model, bad JSON/schema, static prefix too long, ...). */
+NEEDLE_API int needle_init(const char *system, const char *tools_json, const char *tool_index_path);
+
+/** One turn of the process-wide conversation, as needle_chat_complete: writes the
+ *  NUL-terminated envelope into out_buf and returns 0 (also for success:false envelopes).
+ *  Negative: no needle_init yet, NULL text/out_buf, out_buf_size < 2, max_new_tokens < 1, or the
+ *  envelope did not fit out_buf_size (then out_buf holds the minimal "buffer_too_small" envelope
+ *  if that fits, else ""). */
+NEEDLE_API int needle_complete(const char *text, int max_new_tokens, char *out_buf, int out_buf_size);
+
+/** Rewinds the process-wide conversation (keeps model, tools and system). No-op before init. */
+NEEDLE_API void needle_reset(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

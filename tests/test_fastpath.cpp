@@ -417,6 +417,9 @@ bool isa_supported(const std::string &isa) {
     if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (isa == "sse4_2") return __builtin_cpu_supports("sse4.2");
 #endif
+#if defined(__aarch64__)
+    if (isa == "neon") return true;  // baseline on aarch64
+#endif
     return isa == "scalar";
 }
 
@@ -425,7 +428,11 @@ std::string best_isa() {
     for (const char *isa : {"avx512", "avx2", "sse4_2"})
         if (isa_supported(isa)) return isa;
 #endif
+#if defined(__aarch64__)
+    return "neon";
+#else
     return "scalar";
+#endif
 }
 
 }  // namespace

@@ -308,7 +308,8 @@ void check_geometry(const Geometry &g) {
 
 class Builder {
 public:
-    Builder(const Geometry &g, uint64_t seed) : g_(g), seed_(seed) {}
+    Builder(const Geometry &g, uint64_t seed, const GivenWeights *given = nullptr)
+        : g_(g), seed_(seed), given_(given) {}
 
     std::vector<Tensor> build() {
         const uint32_t D = g_.d_model, V = g_.vocab_size;
@@ -328,23 +329,51 @@ public:
         if (g_.with_tokenizer) {
             Tensor t;
             t.dtype = kRAW;
-            t.data = build_tokenizer_blob(V);
+            t.data = given_ && !given_->tokenizer.empty() ? given_->tokenizer
+                                                          : build_tokenizer_blob(V);
             out_.push_back(std::move(t));
         }
+        require(!given_ || given_->tensors.size() == out_.size() - (g_.with_tokenizer ? 1 : 0),
+                "given weights hold " + std::to_string(given_ ? given_->tensors.size() : 0) +
+                    " tensors, the canon has " +
+                    std::to_string(out_.size() - (g_.with_tokenizer ? 1 : 0)));
         return std::move(out_);
     }
 
 private:
     const Geometry &g_;
     uint64_t seed_;
+    const GivenWeights *given_;  // trainer's weights replace the random ones (null: random)
     std::vector<Tensor> out_;
+
+    // The trainer's tensor for the next canonical slot, checked against the slot's shape.
+    const GivenTensor *given_next(const std::vector<uint32_t> &shape) const {
+        if (!given_) return nullptr;
+        const size_t i = out_.size();
+        require(i < given_->tensors.size(), "given weights end before tensor " + std::to_string(i));
+        const GivenTensor &t = given_->tensors[i];
+        require(t.shape == shape, "given tensor " + std::to_string(i) + " has the wrong shape");
+        size_t count = 1;
+        for (uint32_t d : shape) count *= d;
+        require(t.values.size() == count, "given tensor " + std::to_string(i) + " has " +
+                                              std::to_string(t.values.size()) + " values, not " +
+                                              std::to_string(count));
+        require(t.bits == 0 || valid_bits(t.bits), "given tensor " + std::to_string(i) +
+                                                       ": bits must be 0, 2, 3, 4 or 5");
+        return &t;
+    }
 
     Rng next() { return tensor_rng(seed_, uint32_t(out_.size())); }
 
     void add_fp16(std::vector<uint32_t> shape, const std::vector<float> &v) {
-        out_.push_back(fp16_tensor(std::move(shape), v));
+        const GivenTensor *t = given_next(shape);
+        out_.push_back(fp16_tensor(std::move(shape), t ? t->values : v));
     }
     void add_matrix(uint32_t rows, uint32_t cols, double std, uint32_t bits) {
+        if (const GivenTensor *t = given_next({rows, cols})) {
+            out_.push_back(cq_tensor(rows, cols, t->values, g_.group, t->bits ? t->bits : bits));
+            return;
+        }
         out_.push_back(cq_tensor(rows, cols, gaussian(next(), size_t(rows) * cols, 0.0, std),
                                  g_.group, bits));
     }
@@ -629,9 +658,26 @@ std::vector<uint8_t> build_tokenizer_blob(uint32_t vocab_size) {
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+std::vector<uint8_t> serialise(const Geometry &g, const std::vector<Tensor> &tensors);
+
+}  // namespace
+
 std::vector<uint8_t> write_cact_v2(const Geometry &g, uint64_t seed) {
     check_geometry(g);
-    const std::vector<Tensor> tensors = Builder(g, seed).build();
+    return serialise(g, Builder(g, seed).build());
+}
+
+std::vector<uint8_t> write_cact_v2(const Geometry &g, const GivenWeights &weights) {
+    check_geometry(g);
+    require(!g.with_heads, "given weights carry no probe heads (set with_heads = false)");
+    return serialise(g, Builder(g, 0, &weights).build());
+}
+
+namespace {
+
+std::vector<uint8_t> serialise(const Geometry &g, const std::vector<Tensor> &tensors) {
     const uint32_t n = uint32_t(tensors.size());
 
     std::vector<uint8_t> f;
@@ -652,6 +698,8 @@ std::vector<uint8_t> write_cact_v2(const Geometry &g, uint64_t seed) {
     }
     return f;  // ends exactly at the last blob (no trailing padding)
 }
+
+}  // namespace
 
 Geometry preset(const std::string &name) {
     Geometry g;  // defaults are the demo geometry

@@ -34,9 +34,26 @@ struct Geometry {
     bool with_tokenizer = true;  // RAW tokenizer blob as the last record
 };
 
+// Weights supplied by a trainer (tools/train/export.py) instead of seeded random ones.
+struct GivenTensor {
+    std::vector<uint32_t> shape;  // must equal the canonical slot's shape (container-v2.md §5.1)
+    std::vector<float> values;    // row-major, prod(shape) values
+    uint32_t bits = 0;            // CQ width of a CQ slot (2, 3, 4, 5 = ternary); 0 = the class
+                                  // default of Geometry (bits_embedding/_mhc/_default); FP16: unused
+};
+struct GivenWeights {
+    std::vector<GivenTensor> tensors;  // every canonical tensor through final_norm, in order
+    std::vector<uint8_t> tokenizer;    // RAW tokenizer blob (§9); empty = the built-in one
+};
+
 // The whole file. Deterministic for (geometry, seed). Throws std::invalid_argument for a geometry
 // the format cannot express (vocab smaller than the tokenizer's fixed pieces when with_tokenizer).
 std::vector<uint8_t> write_cact_v2(const Geometry &g, uint64_t seed);
+
+// The same layout with the trainer's weights, quantised here (cq-kernels.md §3): one writer for
+// tests and export. Throws std::invalid_argument for a geometry the format cannot express, a
+// tensor count or shape that is not the canon's, bad bits, or g.with_heads set.
+std::vector<uint8_t> write_cact_v2(const Geometry &g, const GivenWeights &weights);
 
 // A tokenizer blob (container-v2.md §9) of exactly `vocab_size` pieces: PAD/EOS/BOS/UNK at ids
 // 0..3, the ten chat markers at 4..13, the 256 byte pieces at 14..269, then NORMAL pieces

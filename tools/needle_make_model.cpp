@@ -1,6 +1,11 @@
 // needle-make-model: writes a .cact v2 container with seeded random weights.
 //
 //   needle-make-model --preset NAME [--seed S] --out FILE [geometry overrides]
+//                     [--weights FILE [--tokenizer-blob FILE]]
+//
+// --weights replaces the random weights with a trainer's (tools/train/export.py), quantised by
+// the same writer. Its format, little-endian: "NDLW", u32 version 1, u32 count, then per tensor
+// u32 bits (0 = class default), u32 ndim, ndim x u32 shape, prod(shape) x f32 (row-major).
 //
 // Prints one line "<path> <bytes> bytes <n> tensors". Exit 0 on success, 2 on bad arguments or a
 // geometry the format cannot express, 1 when the file cannot be written.
@@ -26,7 +31,9 @@ const char kUsage[] =
     "             --max-seq-len N --window N --kv-bits N --lanes N --group N\n"
     "             --bits-embedding B --bits-mhc B --bits-default B   (B: 2,3,4 or 5=ternary)\n"
     "             --sites none|L[,L...] --slots N --sub-dim N --engram-heads N\n"
-    "             --rope-theta X --with-heads --no-heads --no-tokenizer\n";
+    "             --orders O[,O...] --taps N\n"
+    "             --rope-theta X --with-heads --no-heads --no-tokenizer\n"
+    "  trained weights: --weights FILE [--tokenizer-blob FILE]\n";
 
 struct UsageError : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -60,7 +67,7 @@ std::vector<uint32_t> parse_list(const std::string &flag, const std::string &tex
 }
 
 struct Options {
-    std::string preset, out;
+    std::string preset, out, weights, tokenizer_blob;
     uint64_t seed = 1;
     Geometry geometry;
 };
@@ -83,6 +90,8 @@ Options parse_args(int argc, char **argv) {
         if (flag == "--preset") o.preset = value;
         else if (flag == "--out") o.out = value;
         else if (flag == "--seed") o.seed = parse_u64(flag, value, UINT64_MAX);
+        else if (flag == "--weights") o.weights = value;
+        else if (flag == "--tokenizer-blob") o.tokenizer_blob = value;
         else overrides.emplace_back(flag, value);
     }
     if (o.preset.empty()) throw UsageError("--preset is required");
@@ -109,6 +118,8 @@ Options parse_args(int argc, char **argv) {
         else if (flag == "--bits-mhc") g.bits_mhc = parse_u32(flag, v);
         else if (flag == "--bits-default") g.bits_default = parse_u32(flag, v);
         else if (flag == "--sites") g.engram_sites = parse_list(flag, v);
+        else if (flag == "--orders") g.engram_orders = parse_list(flag, v);
+        else if (flag == "--taps") g.engram_conv_taps = parse_u32(flag, v);
         else if (flag == "--slots") g.engram_slots = parse_u32(flag, v);
         else if (flag == "--sub-dim") g.engram_sub_dim = parse_u32(flag, v);
         else if (flag == "--engram-heads") g.engram_heads = parse_u32(flag, v);
@@ -126,6 +137,72 @@ Options parse_args(int argc, char **argv) {
     return o;
 }
 
+bool read_file(const std::string &path, std::vector<uint8_t> &bytes) {
+    FILE *f = std::fopen(path.c_str(), "rb");
+    if (!f) return false;
+    uint8_t buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
+    const bool ok = !std::ferror(f);
+    std::fclose(f);
+    return ok;
+}
+
+// Cursor over an NDLW file; every read is bounds-checked against the bytes actually read.
+class Reader {
+public:
+    explicit Reader(const std::vector<uint8_t> &b) : b_(b) {}
+    uint32_t u32() {
+        need(4);
+        const uint32_t v = uint32_t(b_[at_]) | uint32_t(b_[at_ + 1]) << 8 |
+                           uint32_t(b_[at_ + 2]) << 16 | uint32_t(b_[at_ + 3]) << 24;
+        at_ += 4;
+        return v;
+    }
+    void floats(std::vector<float> &out, uint64_t count) {
+        if (count > (b_.size() - at_) / 4) throw UsageError("--weights: file truncated");
+        out.resize(size_t(count));
+        std::memcpy(out.data(), b_.data() + at_, size_t(count) * 4);  // little-endian host
+        at_ += size_t(count) * 4;
+    }
+    bool done() const { return at_ == b_.size(); }
+
+private:
+    void need(size_t n) const {
+        if (b_.size() - at_ < n) throw UsageError("--weights: file truncated");
+    }
+    const std::vector<uint8_t> &b_;
+    size_t at_ = 0;
+};
+
+needle::writer::GivenWeights read_weights(const Options &o) {
+    std::vector<uint8_t> bytes;
+    if (!read_file(o.weights, bytes)) throw UsageError("cannot read " + o.weights);
+    Reader r(bytes);
+    if (r.u32() != 0x574C444Eu || r.u32() != 1)  // "NDLW", version 1
+        throw UsageError("--weights: not an NDLW version 1 file");
+    needle::writer::GivenWeights w;
+    const uint32_t count = r.u32();
+    if (count > bytes.size() / 8) throw UsageError("--weights: bad tensor count");
+    w.tensors.resize(count);
+    for (auto &t : w.tensors) {
+        t.bits = r.u32();
+        const uint32_t ndim = r.u32();
+        if (ndim > 4) throw UsageError("--weights: ndim > 4");
+        uint64_t n = 1;
+        for (uint32_t k = 0; k < ndim; ++k) {
+            t.shape.push_back(r.u32());
+            n *= t.shape.back();
+            if (n > bytes.size()) throw UsageError("--weights: file truncated");
+        }
+        r.floats(t.values, n);
+    }
+    if (!r.done()) throw UsageError("--weights: trailing bytes");
+    if (!o.tokenizer_blob.empty() && !read_file(o.tokenizer_blob, w.tokenizer))
+        throw UsageError("cannot read " + o.tokenizer_blob);
+    return w;
+}
+
 bool write_file(const std::string &path, const std::vector<uint8_t> &bytes) {
     FILE *f = std::fopen(path.c_str(), "wb");
     if (!f) return false;
@@ -140,7 +217,8 @@ int main(int argc, char **argv) {
     std::vector<uint8_t> bytes;
     try {
         o = parse_args(argc, argv);
-        bytes = needle::writer::write_cact_v2(o.geometry, o.seed);
+        bytes = o.weights.empty() ? needle::writer::write_cact_v2(o.geometry, o.seed)
+                                  : needle::writer::write_cact_v2(o.geometry, read_weights(o));
     } catch (const UsageError &e) {
         std::fprintf(stderr, "needle-make-model: %s\n%s", e.what(), kUsage);
         return 2;

@@ -22,6 +22,7 @@ needle_check_abi, and for one that lacks a function of the ABI it claims.
 
 import ctypes
 import ctypes.util
+import json
 import os
 from array import array
 
@@ -95,6 +96,12 @@ _vp = ctypes.c_void_p
 _st = ctypes.c_int32
 _size = ctypes.c_size_t
 
+class _ChatParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("tool_choice", ctypes.c_int32),
+                ("kv_type", ctypes.c_int32), ("grammar", ctypes.c_int32),
+                ("require_required", ctypes.c_int32), ("stop_needs_call", ctypes.c_int32)]
+
+
 # name: (restype, argtypes)
 _SIGNATURES = {
     "needle_abi_version": (ctypes.c_uint32, []),
@@ -127,6 +134,15 @@ _SIGNATURES = {
     "needle_generate_params_init": (None, [ctypes.POINTER(_GenerateParams)]),
     "needle_generate": (_st, [_vp, _vp, ctypes.c_char_p, _size, ctypes.POINTER(_GenerateParams),
                               _TOKEN_CALLBACK, _vp, ctypes.POINTER(_GenerateResult)]),
+    "needle_chat_params_init": (None, [ctypes.POINTER(_ChatParams)]),
+    "needle_chat_create": (_st, [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_ChatParams),
+                                 ctypes.POINTER(_vp)]),
+    "needle_chat_render": (_st, [_vp, ctypes.c_char_p, ctypes.c_char_p, _size, ctypes.POINTER(_size)]),
+    "needle_chat_complete": (_st, [_vp, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_char_p, _size,
+                                   ctypes.POINTER(_size)]),
+    "needle_chat_reset": (None, [_vp]),
+    "needle_chat_free": (None, [_vp]),
+    "needle_chat_tools_json": (_st, [_vp, ctypes.c_char_p, _size, ctypes.POINTER(_size)]),
 }
 
 
@@ -348,6 +364,10 @@ class Model(_Handle):
         """A new empty sequence (see State)."""
         return State(self, kv_window, int8_kv, max_tokens)
 
+    def new_chat(self, tools="[]", system="", tool_choice="auto"):
+        """A tool-calling conversation on this model (see Chat)."""
+        return Chat(self, tools, system, tool_choice)
+
     def new_batch(self, capacity):
         """Prefill scratch for chunks of up to `capacity` positions (see Batch)."""
         return Batch(self, capacity)
@@ -477,6 +497,65 @@ class State(_Handle):
         if status != E_CANCELLED:
             _check(status)
         return GenerateResult("".join(pieces), tokens, res)
+
+
+TOOL_CHOICES = {"auto": 0, "required": 1, "none": 2}
+
+
+class Chat(_Handle):
+    """One tool-calling conversation (needle.h needle_chat; spec tool-calling.md).
+
+    `tools`: a list of JSON-schema dicts (sent as json.dumps) or a JSON string; `system`: system
+    facts; `tool_choice`: "auto", "required" or "none". complete() returns the envelope as a
+    dict with the keys in the documented order. Use from one thread at a time."""
+
+    _free = "needle_chat_free"
+    buffer_size = 1 << 20  # bytes for one envelope
+
+    def __init__(self, model, tools="[]", system="", tool_choice="auto"):
+        super().__init__(None)
+        if tool_choice not in TOOL_CHOICES:
+            raise ValueError("tool_choice must be one of %s" % sorted(TOOL_CHOICES))
+        p = _ChatParams()
+        lib.needle_chat_params_init(ctypes.byref(p))
+        p.tool_choice = TOOL_CHOICES[tool_choice]
+        tools_json = tools if isinstance(tools, str) else json.dumps(tools)
+        out = ctypes.c_void_p()
+        _check(lib.needle_chat_create(model._handle, (system or "").encode("utf-8"),
+                                      tools_json.encode("utf-8"), ctypes.byref(p), ctypes.byref(out)))
+        self._ptr = out.value
+        self._model = model  # the library keeps the model alive; this keeps the Python object too
+
+    def _text(self, fn, *args):
+        n = _size()
+        status = fn(self._handle, *args, None, 0, ctypes.byref(n))
+        if status != E_BUFFER_TOO_SMALL:
+            _check(status)
+        buf = ctypes.create_string_buffer(n.value + 1)
+        _check(fn(self._handle, *args, buf, len(buf), ctypes.byref(n)))
+        return buf.raw[:n.value].decode("utf-8")
+
+    def render(self, text):
+        """The exact prompt text the next complete(text) would feed (no BOS)."""
+        return self._text(lib.needle_chat_render, text.encode("utf-8"))
+
+    @property
+    def tools_json(self):
+        """The canonical tools JSON placed between <tools> and </tools>."""
+        return self._text(lib.needle_chat_tools_json)
+
+    def complete(self, text, max_new_tokens=256):
+        """One turn; returns the envelope dict (success False for a failed turn)."""
+        raw = text.encode("utf-8")
+        buf = ctypes.create_string_buffer(self.buffer_size)
+        n = _size()
+        # A too-small buffer raises (the turn ran; it is not re-run): raise buffer_size instead.
+        _check(lib.needle_chat_complete(self._handle, raw, max_new_tokens, buf, len(buf), ctypes.byref(n)))
+        return json.loads(buf.raw[:n.value].decode("utf-8"), object_pairs_hook=dict)
+
+    def reset(self):
+        """Rewinds to the cached tools prefix; tools and system stay."""
+        lib.needle_chat_reset(self._handle)
 
 
 lib = _open_library()

@@ -3,16 +3,19 @@
 // core/parallel.h here (in whatever arena the caller runs); rows are independent, so results do
 // not depend on the thread count or the split.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
-#if defined(__aarch64__) && defined(__linux__)
-#include <sys/auxv.h>
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 
 #include "core/parallel.h"
+#include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels.h"
 
@@ -43,11 +46,8 @@ int candidates(Candidate *out) {
     out[n++] = {"sse4_2", bool(__builtin_cpu_supports("sse4.2")), isa_sse4_2::table};
 #endif
 #elif defined(__aarch64__) && defined(NEEDLE_HAVE_ISA_neon)
-#if defined(__linux__)
-    out[n++] = {"neon", (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0, isa_neon::table};
-#else
-    out[n++] = {"neon", true, isa_neon::table};
-#endif
+    // A later dot-product path would come first here, on cpu_features().asimddp.
+    out[n++] = {"neon", cpu_features().neon, isa_neon::table};
 #endif
     out[n++] = {"scalar", true, scalar::table};
     return n;
@@ -79,12 +79,42 @@ constexpr uint64_t kTaskWork = uint64_t(1) << 16;
 
 }  // namespace
 
+// The table in use: picked at first use; replaced only by use_kernel_isa (tests).
+std::atomic<const KernelTable *> g_active{nullptr};
+
 const KernelTable &active_kernels() {
-    static const KernelTable *t = pick();
+    const KernelTable *t = g_active.load(std::memory_order_acquire);
+    if (!t) {
+        static const KernelTable *first = pick();  // thread-safe once
+        const KernelTable *none = nullptr;
+        g_active.compare_exchange_strong(none, first, std::memory_order_acq_rel);
+        t = g_active.load(std::memory_order_acquire);
+    }
     return *t;
 }
 
+bool use_kernel_isa(const char *name) {
+    Candidate c[8];
+    const int n = candidates(c);
+    for (int i = 0; i < n; ++i)
+        if (std::strcmp(c[i].name, name) == 0 && c[i].supported) {
+            active_kernels();  // the first pick happens before, so it cannot undo this
+            g_active.store(&c[i].table(), std::memory_order_release);
+            return true;
+        }
+    return false;
+}
+
 const char *kernel_isa() { return active_kernels().isa; }
+
+int supported_kernel_tables(const KernelTable **out, int max) {
+    Candidate c[8];
+    const int n = candidates(c);
+    int k = 0;
+    for (int i = 0; i < n && k < max; ++i)
+        if (c[i].supported) out[k++] = &c[i].table();
+    return k;
+}
 
 const char *kernel_isa_requested() {
     active_kernels();  // the choice reads the variable
@@ -104,25 +134,31 @@ void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_po
 void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
                     size_t n_pos) {
     const KernelTable &k = active_kernels();
-    // Work is split in blocks of kRowBlock rows (the kernels' own row blocking, so no task
-    // ends in a short block that decodes its groups for fewer rows) over all products at once:
-    // one fork and join for, say, the q, k, v and gate projections of a decode step.
-    constexpr uint32_t kRowBlock = 4;
+    // Work is split in whole row blocks of each matrix (the kernels' own row blocking: 4 rows in
+    // the stored form, block_rows in the rows-in-lanes form; blocks counted from row 0, so no
+    // two tasks compute one block) over all products at once: one fork and join for, say, the
+    // q, k, v and gate projections of a decode step. Rows are independent: no bit depends on it.
+    auto block_of = [&](const CqProduct &p) { return p.w->blocked && p.w->block_rows == k.cq_block_rows ? p.w->block_rows : 4u; };
     uint64_t work = 0;
     uint32_t blocks = 0;
     for (uint32_t i = 0; i < n_products; ++i) {
-        work += uint64_t(products[i].w->cols_pad) * n_pos * products[i].count;
-        blocks += (products[i].count + kRowBlock - 1) / kRowBlock;
+        const CqProduct &p = products[i];
+        if (!p.count) continue;
+        const uint32_t rb = block_of(p);
+        work += uint64_t(p.w->cols_pad) * n_pos * p.count;
+        blocks += (p.r0 + p.count - 1) / rb - p.r0 / rb + 1;
     }
     auto run_blocks = [&](uint32_t b0, uint32_t b1) {  // blocks [b0, b1) of the concatenation
         uint32_t first = 0;
         for (uint32_t i = 0; i < n_products && b0 < b1; ++i) {
             const CqProduct &p = products[i];
-            const uint32_t nb = (p.count + kRowBlock - 1) / kRowBlock;
+            if (!p.count) continue;
+            const uint32_t rb = block_of(p), fb = p.r0 / rb;
+            const uint32_t nb = (p.r0 + p.count - 1) / rb - fb + 1;
             if (b0 < first + nb) {
-                const uint32_t lo = (b0 - first) * kRowBlock;
-                const uint32_t hi = std::min(p.count, (std::min(b1, first + nb) - first) * kRowBlock);
-                k.cq_matmul(*p.w, xh, xh_stride, n_pos, p.r0 + lo, hi - lo, p.y + lo, p.y_stride);
+                const uint32_t lo = std::max(p.r0, (fb + b0 - first) * rb);
+                const uint32_t hi = std::min(p.r0 + p.count, (fb + std::min(b1, first + nb) - first) * rb);
+                k.cq_matmul(*p.w, xh, xh_stride, n_pos, lo, hi - lo, p.y + (lo - p.r0), p.y_stride);
                 b0 = std::min(b1, first + nb);
             }
             first += nb;
@@ -134,6 +170,117 @@ void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float 
     }
     const uint32_t grain = uint32_t(std::max<uint64_t>(1, kTaskWork * blocks / work));
     parallel_for(0, blocks, grain, run_blocks);
+}
+
+namespace {
+
+// The rows-in-lanes copy of one matrix (layout: cq_matrix.h) at dst, w.block_rows set.
+// Portable: a 2- or 4-bit word is 4 bytes of the stored row (same LSB-first order); a 3-bit
+// index is widened to a nibble.
+void block_matrix(const CqMatrix &w, uint8_t *dst) {
+    const uint32_t RB = w.block_rows, words = cq_block_words(w);
+    const uint32_t gbytes = w.group * w.width / 8, nb = (w.rows + RB - 1) / RB;
+    const size_t rec = cq_block_record_bytes(w);
+    const KernelTable &k = active_kernels();
+    for (uint32_t b = 0; b < nb; ++b) {
+        if (k.cq_block_rows_fast && k.cq_block_rows_fast(w, b, dst + size_t(b) * w.ngroups * rec)) continue;
+        for (uint32_t g = 0; g < w.ngroups; ++g) {
+            uint8_t *r = dst + (size_t(b) * w.ngroups + g) * rec;
+            float *nrm = reinterpret_cast<float *>(r);
+            uint32_t *wd = reinterpret_cast<uint32_t *>(r + 4 * size_t(RB));
+            for (uint32_t i = 0; i < RB; ++i) {
+                const uint32_t row = b * RB + i;
+                if (row >= w.rows) {  // padding lanes: zero norm and indices
+                    nrm[i] = 0.0f;
+                    for (uint32_t j = 0; j < words; ++j) wd[size_t(j) * RB + i] = 0;
+                    continue;
+                }
+                nrm[i] = w.norms[size_t(row) * w.ngroups + g];
+                const uint8_t *src = w.packed + size_t(row) * w.row_bytes + size_t(g) * gbytes;
+                for (uint32_t j = 0; j < words; ++j) {
+                    uint32_t v = 0;
+                    if (w.width != 3) {
+                        if (4 * j + 4 <= gbytes) std::memcpy(&v, src + 4 * j, 4);  // little-endian hosts only
+                        else for (uint32_t q = 0; 4 * j + q < gbytes; ++q) v |= uint32_t(src[4 * j + q]) << (8 * q);
+                    } else {  // columns 8j .. 8j+7 are bytes 3j .. 3j+2 (a group is whole bytes)
+                        const uint32_t bits = uint32_t(src[3 * j]) | uint32_t(src[3 * j + 1]) << 8 | uint32_t(src[3 * j + 2]) << 16;
+                        for (uint32_t c = 0; c < 8; ++c) v |= ((bits >> (3 * c)) & 7u) << (4 * c);
+                    }
+                    wd[size_t(j) * RB + i] = v;
+                }
+            }
+        }
+    }
+}
+
+size_t blocked_bytes(const CqMatrix &w) {
+    const size_t nb = (w.rows + w.block_rows - 1) / w.block_rows;
+    return (nb * w.ngroups * cq_block_record_bytes(w) + 63) & ~size_t(63);
+}
+
+}  // namespace
+
+uint8_t *CqBlockStore::reserve(size_t bytes) {
+    reset();
+    if (!bytes) return nullptr;
+#if defined(__linux__)
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t len = (bytes + 4095) & ~size_t(4095);
+    void *m = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+        // Keep a 2 MB aligned range of len bytes: whole 2 MB parts may become huge pages; the
+        // tail stays in 4 KB pages (it does not cover a whole 2 MB range of the mapping).
+        uint8_t *raw = static_cast<uint8_t *>(m);
+        uint8_t *al = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~uintptr_t(kHuge - 1));
+        if (al > raw) ::munmap(raw, size_t(al - raw));
+        const size_t after = size_t(raw + len + kHuge - (al + len));
+        if (after) ::munmap(al + len, after);
+#if defined(MADV_HUGEPAGE)
+        ::madvise(al, len, MADV_HUGEPAGE);  // a hint: ignored where THP is off
+#endif
+#if defined(MADV_POPULATE_WRITE)
+        // One call faults the whole range in (Linux 5.14+; a no-op error before): thousands of
+        // separate first-touch faults cost ~3 ms per 10 MB in a VM.
+        ::madvise(al, len, MADV_POPULATE_WRITE);
+#endif
+        base_ = al, mapped_ = len, bytes_ = bytes;
+        return base_;
+    }
+#endif
+    base_ = new uint8_t[bytes + 63];
+    bytes_ = bytes;
+    return base_ + ((64 - reinterpret_cast<uintptr_t>(base_) % 64) % 64);
+}
+
+void CqBlockStore::reset() {
+#if defined(__linux__)
+    if (base_ && mapped_) ::munmap(base_, mapped_);
+    else
+#endif
+        delete[] base_;
+    base_ = nullptr, mapped_ = 0, bytes_ = 0;
+}
+
+void cq_block_matrices(CqMatrix *const *ms, size_t n, CqBlockStore &store) {
+    const uint32_t RB = active_kernels().cq_block_rows;
+    store.reset();
+    if (!RB) return;
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+        ms[i]->block_rows = RB;
+        total += blocked_bytes(*ms[i]);
+    }
+    uint8_t *p = store.reserve(total);  // every byte of the copies is written below
+    std::vector<uint8_t *> at(n);
+    for (size_t i = 0; i < n; ++i) at[i] = p, p += blocked_bytes(*ms[i]);
+    // ~1 ms per 4 MB of copy on one core: large models share the matrices out (a small one
+    // would pay more for waking the worker threads than it saves).
+    auto run = [&](uint32_t b, uint32_t e) {
+        for (uint32_t i = b; i < e; ++i) block_matrix(*ms[i], at[i]);
+    };
+    if (total >= (size_t(4) << 20)) parallel_for(0, uint32_t(n), 1, run);
+    else run(0, uint32_t(n));
+    for (size_t i = 0; i < n; ++i) ms[i]->blocked = at[i];
 }
 
 void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out) { active_kernels().cq_dequantize_row(w, r, out); }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "kernels/cq_matrix.h"
 #include "kernels/kv_ring.h"
@@ -36,6 +37,34 @@ struct CqProduct {
 // region: the same bits as one cq_matmul per product.
 void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
                     size_t n_pos);
+
+// Owner of the rows-in-lanes copies of a model's CQ matrices: one anonymous mapping, 2 MB
+// aligned so that the kernel can back it with huge pages (a 4 KB page fault per 4 KB of copy
+// cost more than the copying itself). It counts in RSS as the process's own memory; the mapped
+// file's pages of those matrices are no longer read by cq_matmul (cq_dequantize_row still reads
+// `packed`).
+class CqBlockStore {
+public:
+    CqBlockStore() = default;
+    CqBlockStore(const CqBlockStore &) = delete;
+    CqBlockStore &operator=(const CqBlockStore &) = delete;
+    ~CqBlockStore() { reset(); }
+    // Frees the copies; then reserves `bytes` (64-byte aligned, uninitialised). Throws std::bad_alloc.
+    uint8_t *reserve(size_t bytes);
+    void reset();
+    size_t bytes() const { return bytes_; }  // size of the copies (0: the kernels read the stored form)
+
+private:
+    uint8_t *base_ = nullptr;  // mapping (or new[] block when mapping failed)
+    size_t mapped_ = 0;        // bytes of the mapping; 0 for a new[] block
+    size_t bytes_ = 0;
+};
+
+// Makes the active kernels' rows-in-lanes copy (cq_matrix.h) of each of the n matrices in
+// `store` and points each matrix's `blocked` / `block_rows` at it. A no-op (bytes 0) for kernels
+// that read the stored form (scalar, sse4_2, neon). Call once at load, before any cq_matmul;
+// the store must outlive the matrices' use. Throws std::bad_alloc only.
+void cq_block_matrices(CqMatrix *const *ms, size_t n, CqBlockStore &store);
 
 // w[0..cols) := reconstructed row r (norm applied before the rotation, cq-kernels.md §10).
 void cq_dequantize_row(const CqMatrix &w, uint32_t r, float *out);

@@ -62,6 +62,14 @@ std::shared_ptr<const FileBytes> FileBytes::copy(const void *data, size_t size) 
     return fb;
 }
 
+void FileBytes::release_pages(const uint8_t *p, size_t n) const {
+    if (!mapped_ || p < data_ || n > size_ || size_t(p - data_) > size_ - n) return;
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (uintptr_t(p) + page - 1) & ~(page - 1), hi = (uintptr_t(p) + n) & ~(page - 1);
+    // A read-only private file mapping: dropping pages loses nothing (they are re-read on touch).
+    if (hi > lo) ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
+}
+
 FileBytes::~FileBytes() {
     if (mapped_) ::munmap(const_cast<uint8_t *>(data_), size_);
 }

@@ -25,6 +25,10 @@ public:
     FileBytes &operator=(const FileBytes &) = delete;
     const uint8_t *data() const { return data_; }
     size_t size() const { return size_; }
+    // Hands the whole pages inside [p, p + n) of a mapped file back to the page cache (they
+    // leave this process's RSS and are read again from the file if touched); a no-op for
+    // copied bytes. For weights whose copy the kernels made at load (kernels.h CqBlockStore).
+    void release_pages(const uint8_t *p, size_t n) const;
 
 private:
     FileBytes() = default;

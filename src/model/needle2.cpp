@@ -284,6 +284,19 @@ void Needle2Model::bind(const ContainerV2 &c) {
     }
     final_norm_ = fp(cn.final_norm());
 
+    // The matrices cq_matmul reads get the kernels' rows-in-lanes copy (engram tables are only
+    // read row by row through cq_dequantize_row, in stored form).
+    std::vector<CqMatrix *> mats{&embedding_, &phi_pre_, &phi_post_, &phi_res_};
+    for (Needle2Layer &ly : layers_)
+        for (CqMatrix *m : {&ly.q, &ly.k, &ly.v, &ly.gate, &ly.out}) mats.push_back(m);
+    for (Needle2EngramSite &st : sites_) mats.push_back(&st.key_proj), mats.push_back(&st.value_proj);
+    cq_block_matrices(mats.data(), mats.size(), blocked_);
+    // cq_matmul no longer reads their stored indices: their file pages leave the RSS, except the
+    // embedding's (cq_dequantize_row reads token rows in stored form).
+    if (blocked_.bytes())
+        for (const CqMatrix *m : mats)
+            if (m != &embedding_) bytes_->release_pages(m->packed, size_t(m->rows) * m->row_bytes);
+
     // RoPE frequencies (§2.1), float32. The cos/sin rows are made per position by rope_rows():
     // a [max_seq_len][head_dim] table cost ~5 M instructions at load and 512 KB for needle2.
     float *inv_freq = ar.take(g.hd / 2);

@@ -77,6 +77,7 @@ private:
     uint32_t default_window_;  // effective header window, model-v2.md §4.2 (0 = full causal)
 
     std::vector<float> arena_;  // FP16 tensors and CQ norms converted to f32, LUTs, RoPE frequencies
+    CqBlockStore blocked_;      // rows-in-lanes copies of the matmul matrices (kernels.h)
     CqMatrix embedding_, phi_pre_, phi_post_, phi_res_;
     std::vector<Needle2Layer> layers_;
     std::vector<Needle2EngramSite> sites_;

@@ -248,6 +248,52 @@ class CloseOrderTest(unittest.TestCase):
             model.tokenize("x")
 
 
+WEATHER = [{"name": "get_weather", "description": "Get the weather for a city.",
+            "parameters": {"type": "object",
+                           "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                           "required": ["city"]}}]
+ENVELOPE_KEYS = ["type", "success", "error", "error_code", "reason", "function_calls",
+                 "suppressed_calls", "reasoning", "confidence", "prefill_tps", "decode_tps",
+                 "peak_ram_mb"]
+
+
+class ChatTest(unittest.TestCase):
+    def test_render_and_canonical_tools(self):
+        with needle.Model(TINY) as m, m.new_chat(WEATHER, system="date: 2026-07-21") as chat:
+            tools = '[{"name":"get_weather","description":"Get the weather for a city.",' \
+                    '"parameters":{"type":"object","properties":{"city":{"type":"string",' \
+                    '"enum":["Paris","Oslo"]}},"required":["city"]}}]'
+            self.assertEqual(chat.tools_json, tools)
+            self.assertEqual(chat.render("Paris?"),
+                             "<|im_start|>system\ndate: 2026-07-21<|im_end|>\n<|im_start|>user\n<tools>"
+                             + tools + "</tools>\nParis?<|im_end|>\n<|im_start|>assistant\n")
+
+    def test_required_call_then_reset(self):
+        with needle.Model(TINY) as m, needle.Chat(m, WEATHER, tool_choice="required") as chat:
+            env = chat.complete("What's the weather in Paris?", 64)
+            self.assertEqual(list(env), ENVELOPE_KEYS)
+            self.assertTrue(env["success"], env)
+            self.assertEqual(len(env["function_calls"]), 1)
+            self.assertEqual(env["function_calls"][0]["name"], "get_weather")
+            self.assertIn(env["function_calls"][0]["arguments"]["city"], ("Paris", "Oslo"))
+            chat.reset()
+            self.assertEqual(chat.complete("What's the weather in Paris?", 64)["function_calls"],
+                             env["function_calls"])
+
+    def test_truncated_and_bad_tools(self):
+        with needle.Model(TINY) as m:
+            with m.new_chat(WEATHER, tool_choice="required") as chat:
+                env = chat.complete("Paris?", 3)
+                self.assertFalse(env["success"])
+                self.assertEqual(env["error_code"], "truncated")
+            with self.assertRaises(needle.NeedleError) as cm:
+                m.new_chat('[{"name": 3}]')
+            self.assertEqual(cm.exception.status, needle.E_INVALID_ARGUMENT)
+            self.assertIn("name", cm.exception.message)
+            with self.assertRaises(ValueError):
+                m.new_chat(WEATHER, tool_choice="always")
+
+
 if __name__ == "__main__":
     unittest.main()
 

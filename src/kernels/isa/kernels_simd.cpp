@@ -296,6 +296,196 @@ void cq_matvec_fused(const CqMatrix &w, const Levels &lv, const float *xh, uint3
 }
 #endif
 
+#if defined(__AVX2__)
+// ---------------------------------------------------------------- rows-in-lanes CQ kernels
+//
+// A matrix with a rows-in-lanes copy (cq_matrix.h, made at load by cq_block_matrices) is read
+// RB rows at a time, one row per lane: one index word per lane holds 16 (2-bit) or 8 (nibble)
+// columns of its row; a shift and a lane permute against the book give the weights of column
+// k for all RB rows, and one FMA with the broadcast activation x[k] does RB multiply-adds.
+// The order of one row is fixed: column k of a group goes to accumulator k % kAcc (8 on AVX-512,
+// 4 on AVX2), summed pairwise (tree), multiplied by the group norm into the row's
+// total, groups in increasing order. The decode step (lanes_matvec) and the prefill tile
+// (lanes_tile_pass) both follow it, so no bit depends on n_pos, the row range or threading.
+#include "kernels/isa/lanes.h"
+
+constexpr uint32_t kMaxTileCols = 512;  // larger groups: one fused pass per position
+
+// The accumulators of one group summed pairwise: ((a0+a1)+(a2+a3)) [+ ((a4+a5)+(a6+a7))].
+inline lanes::F tree(const lanes::F *a) {
+    using namespace lanes;
+    const F lo = add(add(a[0], a[1]), add(a[2], a[3]));
+    return kAcc == 8 ? add(lo, add(add(a[4], a[5]), add(a[6], a[7]))) : lo;
+}
+
+// Eight columns of one word (fields `first` .. first+7) into the eight accumulators.
+template <uint32_t FW, bool Wide>
+inline lanes::I lanes_step8(const lanes::Book &bk, lanes::I v, const float *x, lanes::F *a) {
+    using namespace lanes;
+#pragma GCC unroll 8
+    for (uint32_t c = 0; c < 8; ++c) {
+        a[c % kAcc] = fma(bk.operator()<Wide>(v), bcast(x[c]), a[c % kAcc]);
+        v = srl<FW>(v);
+    }
+    return v;
+}
+
+// One position, one row block: the RB row totals.
+template <uint32_t FW, bool Wide>
+inline lanes::F lanes_matvec(const CqMatrix &w, const lanes::Book &bk, const uint8_t *rec, const float *xh) {
+    using namespace lanes;
+    constexpr uint32_t CPW = 32 / FW;
+    const uint32_t full = w.group / CPW;  // whole words; a 2-bit group of 16n+8 has a half word
+    const size_t rec_bytes = cq_block_record_bytes(w);
+    F tot = zero();
+    for (uint32_t g = 0; g < w.ngroups; ++g, rec += rec_bytes) {
+        const float *x = xh + size_t(g) * w.group;
+        const uint32_t *wd = reinterpret_cast<const uint32_t *>(rec + 4 * RB);
+        F a[kAcc];
+        for (auto &e : a) e = zero();
+        for (uint32_t j = 0; j < full; ++j) {
+            I v = load_words(wd + size_t(j) * RB);
+            v = lanes_step8<FW, Wide>(bk, v, x + j * CPW, a);
+            if (CPW == 16) lanes_step8<FW, Wide>(bk, v, x + j * CPW + 8, a);
+        }
+        if (full * CPW < w.group) lanes_step8<FW, Wide>(bk, load_words(wd + size_t(full) * RB), x + full * CPW, a);
+        tot = lanes::fma(lanes::load(reinterpret_cast<const float *>(rec)), tree(a), tot);
+    }
+    return tot;
+}
+
+// Weights of one group of a row block, column k at tile + k * RB.
+template <uint32_t FW, bool Wide>
+inline void lanes_decode_tile(const CqMatrix &w, const lanes::Book &bk, const uint8_t *rec, float *tile) {
+    using namespace lanes;
+    constexpr uint32_t CPW = 32 / FW;
+    const uint32_t *wd = reinterpret_cast<const uint32_t *>(rec + 4 * RB);
+    for (uint32_t k0 = 0; k0 < w.group; k0 += 8) {  // group % 8 == 0: whole or half words
+        I v = load_words(wd + size_t(k0 / CPW) * RB);
+        if (k0 % CPW) v = srl<16>(v);  // the upper half of a 2-bit word
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < 8; ++c) {
+            store(tile + size_t(k0 + c) * RB, bk.operator()<Wide>(v));
+            v = srl<FW>(v);
+        }
+    }
+}
+
+// P positions (inputs x + p * xs, the group's slice) against a decoded tile: tot[p] += norm * dot.
+template <uint32_t P>
+inline void lanes_tile_pass(const float *tile, uint32_t n, const float *nrm, const float *x, size_t xs,
+                            lanes::F *tot) {
+    using namespace lanes;
+    F a[P][kAcc];
+    for (uint32_t p = 0; p < P; ++p)
+        for (auto &e : a[p]) e = zero();
+    for (uint32_t k = 0; k < n; k += 8) {
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < 8; ++c) {
+            F wv = lanes::load(tile + size_t(k + c) * RB);
+            // Keep the weights in a register: GCC would otherwise fold the tile load into each
+            // of the P FMAs and load the broadcast separately (two loads per FMA, not one).
+            asm("" : "+v"(wv));
+#pragma GCC unroll 4
+            for (uint32_t p = 0; p < P; ++p) a[p][c % kAcc] = fma(wv, bcast(x[p * xs + k + c]), a[p][c % kAcc]);
+        }
+    }
+    const F nv = lanes::load(nrm);
+    for (uint32_t p = 0; p < P; ++p) tot[p] = fma(nv, tree(a[p]), tot[p]);
+}
+
+// Rows [lo, hi) of block b's totals (lanes lo - b*RB ..) into y (row lo at y[0]).
+inline void lanes_store(lanes::F tot, uint32_t lane0, uint32_t n, float *y) {
+    alignas(64) float t[lanes::RB];
+    lanes::store(t, tot);
+    for (uint32_t i = 0; i < n; ++i) y[i] = t[lane0 + i];
+}
+
+template <uint32_t FW, bool Wide>
+void lanes_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0, uint32_t count,
+                  float *y, size_t y_stride) {
+    using namespace lanes;
+    constexpr uint32_t kTile = 32;  // positions whose totals stay live across the groups
+    const Book bk(w.levels, w.width);
+    const size_t rec_bytes = cq_block_record_bytes(w);
+    alignas(64) float tile[kMaxTileCols * RB];
+    F tot[kTile];
+    for (uint32_t b = r0 / RB; b * RB < r0 + count; ++b) {
+        const uint32_t lo = b * RB > r0 ? b * RB : r0, hi = (b + 1) * RB < r0 + count ? (b + 1) * RB : r0 + count;
+        const uint8_t *rec0 = w.blocked + size_t(b) * w.ngroups * rec_bytes;
+        float *yb = y + (lo - r0);
+        if (n_pos == 1 || w.group > kMaxTileCols) {
+            for (size_t p = 0; p < n_pos; ++p)
+                lanes_store(lanes_matvec<FW, Wide>(w, bk, rec0, xh + p * xh_stride), lo - b * RB, hi - lo,
+                            yb + p * y_stride);
+            continue;
+        }
+        for (size_t p0 = 0; p0 < n_pos; p0 += kTile) {
+            const uint32_t P = uint32_t(n_pos - p0 < kTile ? n_pos - p0 : kTile);
+            for (uint32_t p = 0; p < P; ++p) tot[p] = zero();
+            const uint8_t *rec = rec0;
+            for (uint32_t g = 0; g < w.ngroups; ++g, rec += rec_bytes) {
+                lanes_decode_tile<FW, Wide>(w, bk, rec, tile);  // once per group for up to kTile positions (§9)
+                const float *nrm = reinterpret_cast<const float *>(rec);
+                const float *x = xh + p0 * xh_stride + size_t(g) * w.group;
+                uint32_t p = 0;
+                for (; p + kPos <= P; p += kPos) lanes_tile_pass<kPos>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
+                for (; p < P; ++p) lanes_tile_pass<1>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
+            }
+            for (uint32_t p = 0; p < P; ++p) lanes_store(tot[p], lo - b * RB, hi - lo, yb + (p0 + p) * y_stride);
+        }
+    }
+}
+
+void cq_matmul_lanes(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0, uint32_t count,
+                     float *y, size_t y_stride) {
+    switch (w.width) {
+    case 2: lanes_matmul<2, false>(w, xh, xh_stride, n_pos, r0, count, y, y_stride); break;
+    case 3: lanes_matmul<4, false>(w, xh, xh_stride, n_pos, r0, count, y, y_stride); break;
+    default: lanes_matmul<4, true>(w, xh, xh_stride, n_pos, r0, count, y, y_stride); break;
+    }
+}
+constexpr uint32_t kBlockRows = lanes::RB;
+
+// Writes the rows-in-lanes records of row block b of w (w.block_rows == RB, all RB rows present,
+// width 2 or 4, whole words per group): a gather of word j of the RB rows is one record line.
+// Returns false (nothing written) for the other cases, which dispatch.cpp's portable loop does.
+bool cq_block_rows_fast(const CqMatrix &w, uint32_t b, uint8_t *dst) {
+    using namespace lanes;
+    const uint32_t gbytes = w.group * w.width / 8;
+    if (w.width == 3 || gbytes % 4 || (b + 1) * RB > w.rows || w.block_rows != RB) return false;
+    const uint32_t words = gbytes / 4;
+    const size_t rec_bytes = cq_block_record_bytes(w);
+    const uint8_t *row0 = w.packed + size_t(b) * RB * w.row_bytes;
+    alignas(64) int32_t off[RB];
+    for (uint32_t i = 0; i < RB; ++i) off[i] = int32_t(i * w.row_bytes);
+#if defined(__AVX512F__)
+    const __m512i vo = _mm512_load_si512(off);
+#else
+    const __m256i vo = _mm256_load_si256(reinterpret_cast<const __m256i *>(off));
+#endif
+    for (uint32_t g = 0; g < w.ngroups; ++g) {
+        uint8_t *r = dst + size_t(g) * rec_bytes;
+        float *nrm = reinterpret_cast<float *>(r);
+        for (uint32_t i = 0; i < RB; ++i) nrm[i] = w.norms[size_t(b * RB + i) * w.ngroups + g];
+        uint32_t *wd = reinterpret_cast<uint32_t *>(r + 4 * RB);
+        const uint8_t *src = row0 + size_t(g) * gbytes;
+        for (uint32_t j = 0; j < words; ++j) {
+#if defined(__AVX512F__)
+            _mm512_store_si512(wd + size_t(j) * RB, _mm512_i32gather_epi32(vo, src + 4 * j, 1));
+#else
+            _mm256_store_si256(reinterpret_cast<__m256i *>(wd + size_t(j) * RB),
+                               _mm256_i32gather_epi32(reinterpret_cast<const int *>(src + 4 * j), vo, 1));
+#endif
+        }
+    }
+    return true;
+}
+#else
+bool cq_block_rows_fast(const CqMatrix &, uint32_t, uint8_t *) { return false; }
+constexpr uint32_t kBlockRows = 0;  // this ISA reads the stored form only
+#endif
+
 void fwht(float *x, uint32_t m) {
     uint32_t h = 1;
 #if defined(NEEDLE_FUSED_DECODE)
@@ -340,6 +530,12 @@ void cq_prepare_input(const float *x, uint32_t cols, uint32_t cols_pad, uint32_t
 
 void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0,
                uint32_t count, float *y, size_t y_stride) {
+#if defined(__AVX2__)
+    if (w.blocked && w.block_rows == lanes::RB) {
+        cq_matmul_lanes(w, xh, xh_stride, n_pos, r0, count, y, y_stride);
+        return;
+    }
+#endif
     alignas(64) float ug[kRowBlock][4096];  // decoded groups of a row block; group <= 4096 (loader)
     RowAcc acc[kPosTile][kRowBlock];
     const Levels lv(w);
@@ -455,7 +651,8 @@ void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int
 
 const KernelTable &table() {
     static const KernelTable t{NEEDLE_ISA_NAME, cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
-                               rms_unit, zcrms, rope, attention_head, attention_head_i8};
+                               rms_unit, zcrms, rope, attention_head, attention_head_i8,
+                               kBlockRows, cq_block_rows_fast};
     return t;
 }
 

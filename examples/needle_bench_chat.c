@@ -1,0 +1,99 @@
+/* needle-bench --chat: the tool-calling layer's costs (needle.h only): needle_chat_create with 5
+ * and 50 tools, the static-prefix prefill of the first turn, and the grammar's cost per call token
+ * next to the decode step's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "needle.h"
+#include "needle_bench_chat.h"
+
+static double ms_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* n synthetic tools (malloc'd JSON): rich = an enum, a bounded integer and a bounded string each
+ * (the grammar figure); else a bare name (so that 50 fit the synthetic needle2's 2,048 positions). */
+static char *make_tools(int n, int rich) {
+    const size_t cap = (size_t)n * 320 + 8;
+    char *s = malloc(cap);
+    size_t k = 0;
+    s[k++] = '[';
+    for (int i = 0; i < n; ++i)
+        k += (size_t)snprintf(s + k, cap - k, !rich ? "%s{\"name\":\"t%d\"}" :
+                              "%s{\"name\":\"tool_%d\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+                              "\"mode\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"]},"
+                              "\"level\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":100},"
+                              "\"note\":{\"type\":\"string\",\"maxLength\":12}},\"required\":[\"mode\"]}}",
+                              i ? "," : "", i);
+    s[k++] = ']';
+    s[k] = '\0';
+    return s;
+}
+
+int bench_chat(needle_model *model, int runs, int json) {
+    const int counts[2] = {5, 50};
+    double create_ms[2] = {0, 0}, first_prefill_ms[2] = {0, 0};
+    uint32_t prefix_tokens[2] = {0, 0};
+    double grammar_per_tok = 0, step_ms = 0;
+    uint32_t call_tokens = 0, generated = 0;
+    char *env = malloc(65536);
+    for (int c = 0; c < 3; ++c) {  /* 5 and 50 small tools, then 5 rich ones for the grammar */
+        char *tools = make_tools(c < 2 ? counts[c] : 5, c == 2);
+        double best = 1e30;
+        for (int r = 0; r < runs; ++r) {
+            needle_chat_params cp;
+            needle_chat_params_init(&cp);
+            cp.tool_choice = NEEDLE_TOOL_CHOICE_REQUIRED;
+            needle_chat *chat = NULL;
+            const double t0 = ms_now();
+            needle_status st = needle_chat_create(model, "date: 2026-07-21", tools, &cp, &chat);
+            const double dt = ms_now() - t0;
+            if (st != NEEDLE_OK) {
+                fprintf(stderr, "needle-bench: chat with %d tools: %s\n", counts[c], needle_last_error());
+                break;
+            }
+            if (dt < best) best = dt;
+            if (c < 2 && r > 0) {  /* one turn per tool set is enough for the prefill figure */
+                needle_chat_free(chat);
+                continue;
+            }
+            if (c < 2) needle_chat_static_prefix_tokens(chat, &prefix_tokens[c]);
+            size_t len = 0;
+            st = needle_chat_complete(chat, "Turn tool 3 on at level 40, note: kitchen", 64, env, 65536, &len);
+            needle_chat_stats s;
+            memset(&s, 0, sizeof s);
+            s.struct_size = sizeof s;
+            needle_chat_last_stats(chat, &s);
+            if (c < 2) first_prefill_ms[c] = s.prefill_ms;
+            if (c == 2 && s.call_tokens > 0 && s.generated_tokens > 0) {  /* the 5-tool turn */
+                grammar_per_tok = s.grammar_ms / s.call_tokens;
+                step_ms = (s.decode_ms - s.grammar_ms) / s.generated_tokens;
+                call_tokens = s.call_tokens, generated = s.generated_tokens;
+            }
+            needle_chat_free(chat);
+        }
+        if (c < 2) create_ms[c] = best < 1e30 ? best : -1;
+        free(tools);
+    }
+    free(env);
+    if (json) {
+        printf("{\"isa\":\"%s\",\"chat_create_ms_5\":%.3f,\"chat_create_ms_50\":%.3f,\"prefix_tokens_5\":%u,"
+               "\"prefix_tokens_50\":%u,\"first_prefill_ms_5\":%.1f,\"first_prefill_ms_50\":%.1f,"
+               "\"grammar_ms_per_call_token\":%.4f,\"decode_step_ms\":%.4f,\"call_tokens\":%u,\"generated_tokens\":%u}\n",
+               needle_kernel_isa(), create_ms[0], create_ms[1], prefix_tokens[0], prefix_tokens[1],
+               first_prefill_ms[0], first_prefill_ms[1], grammar_per_tok, step_ms, call_tokens, generated);
+    } else {
+        printf("chat (isa %s, best of %d)\n", needle_kernel_isa(), runs);
+        for (int c = 0; c < 2; ++c)
+            printf("create   %8.3f ms  %2d tools  (static prefix %u tokens, prefilled by the first turn in %.1f ms)\n",
+                   create_ms[c], counts[c], prefix_tokens[c], first_prefill_ms[c]);
+        printf("grammar  %8.4f ms per call token (%u call tokens of %u)\n", grammar_per_tok, call_tokens, generated);
+        printf("decode   %8.4f ms per step without the grammar  -> grammar/step %.2f%%\n", step_ms,
+               step_ms > 0 ? 100.0 * grammar_per_tok / step_ms : 0.0);
+    }
+    return 0;
+}

@@ -1,0 +1,82 @@
+/* needle-run --tools: one tool-calling turn through needle_chat (needle.h only); prints the
+ * response envelope (tool-calling.md §7) indented. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "needle.h"
+#include "needle_run_chat.h"
+
+/* Reads a whole file into a NUL-terminated heap buffer, or NULL. */
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1) break;
+        char *bigger = realloc(buf, cap * 2);
+        if (!bigger) { free(buf); buf = NULL; break; }
+        buf = bigger, cap *= 2;
+    }
+    if (buf) buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Prints compact JSON with two-space indentation; strings are copied untouched. */
+static void print_pretty(const char *s) {
+    int depth = 0, in_str = 0;
+    for (const char *p = s; *p; ++p) {
+        const char c = *p;
+        if (in_str) {
+            putchar(c);
+            if (c == '\\' && p[1]) putchar(*++p);
+            else if (c == '"') in_str = 0;
+            continue;
+        }
+        if (c == '"') { in_str = 1; putchar(c); }
+        else if ((c == '{' || c == '[') && (p[1] == '}' || p[1] == ']')) { putchar(c); putchar(*++p); }
+        else if (c == '{' || c == '[') { printf("%c\n%*s", c, 2 * ++depth, ""); }
+        else if (c == '}' || c == ']') { printf("\n%*s%c", 2 * --depth, "", c); }
+        else if (c == ',') { printf(",\n%*s", 2 * depth, ""); }
+        else if (c == ':') { printf(": "); }
+        else putchar(c);
+    }
+    putchar('\n');
+}
+
+int run_chat(needle_model *model, const char *tools_path, const char *system, int tool_choice,
+             uint32_t max_tokens, const char *query) {
+    char *tools = read_file(tools_path);
+    if (!tools) {
+        fprintf(stderr, "needle-run: cannot read %s\n", tools_path);
+        return 1;
+    }
+    needle_chat_params cp;
+    needle_chat_params_init(&cp);
+    cp.tool_choice = tool_choice;
+    needle_chat *chat = NULL;
+    needle_status st = needle_chat_create(model, system, tools, &cp, &chat);
+    free(tools);
+    if (st != NEEDLE_OK) {
+        fprintf(stderr, "needle-run: %s: %s (%s)\n", tools_path, needle_last_error(), needle_status_string(st));
+        return 1;
+    }
+    size_t cap = 65536, len = 0;
+    char *out = malloc(cap);
+    st = out ? needle_chat_complete(chat, query, max_tokens, out, cap, &len) : NEEDLE_E_NO_MEMORY;
+    if (st == NEEDLE_E_BUFFER_TOO_SMALL) {  /* the turn ran; a long envelope: render the next one bigger */
+        fprintf(stderr, "needle-run: envelope of %zu bytes did not fit\n", len);
+    }
+    int rc = 0;
+    if (st == NEEDLE_OK) print_pretty(out);
+    else {
+        fprintf(stderr, "needle-run: complete: %s (%s)\n", needle_last_error(), needle_status_string(st));
+        rc = 1;
+    }
+    free(out);
+    needle_chat_free(chat);
+    return rc;
+}

@@ -1,0 +1,6 @@
+/* needle-run's tool-calling mode (needle_run_chat.c). */
+#pragma once
+#include "needle.h"
+/* One turn of `query` with the tools of the JSON file; prints the envelope. Returns the exit code. */
+int run_chat(needle_model *model, const char *tools_path, const char *system, int tool_choice,
+             uint32_t max_tokens, const char *query);

@@ -1,0 +1,83 @@
+// Upstream libneedle's four process-wide calls (tokenizer-and-prompt.md §7; tool-calling.md
+// §7.2, §10.1) over one needle_chat. Every call takes one mutex, so calls serialize.
+// Negative returns are -(needle_status).
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "capi/handles.h"
+#include "needle.h"
+
+namespace {
+
+struct Global {
+    std::mutex mu;
+    needle_model *model = nullptr;  // from needle_load or NEEDLE_MODEL; kept for the process
+    needle_chat *chat = nullptr;
+};
+
+Global &global() {
+    static Global *g = new Global;  // never destroyed: no order-of-destruction hazard at exit
+    return *g;
+}
+
+int neg(needle_status st) { return st == NEEDLE_OK ? 0 : -int(st); }
+
+int fail(needle_status st, const char *msg) { return neg(needle::capi::set_last_error(st, msg)); }
+
+}  // namespace
+
+extern "C" {
+
+int needle_load(const char *blob, uint64_t size) {
+    if (!blob) return fail(NEEDLE_E_INVALID_ARGUMENT, "needle_load: blob is NULL");
+    if (size > uint64_t(SIZE_MAX)) return fail(NEEDLE_E_INVALID_ARGUMENT, "needle_load: size does not fit size_t");
+    Global &g = global();
+    std::lock_guard<std::mutex> lock(g.mu);
+    needle_model *m = nullptr;
+    const needle_status st = needle_model_load_memory(blob, size_t(size), nullptr, &m);
+    if (st != NEEDLE_OK) return neg(st);
+    needle_chat_free(g.chat);  // a chat keeps its old model alive until freed
+    g.chat = nullptr;
+    needle_model_free(g.model);
+    g.model = m;
+    return 0;
+}
+
+int needle_init(const char *system, const char *tools_json, const char *tool_index_path) {
+    (void)tool_index_path;  // used once tool retrieval (spec §9) is built
+    Global &g = global();
+    std::lock_guard<std::mutex> lock(g.mu);
+    if (!g.model) {
+        const char *path = std::getenv("NEEDLE_MODEL");
+        if (!path || !*path)
+            return fail(NEEDLE_E_INVALID_ARGUMENT, "needle_init: no model: call needle_load or set NEEDLE_MODEL");
+        const needle_status st = needle_model_load_file(path, nullptr, &g.model);
+        if (st != NEEDLE_OK) return neg(st);
+    }
+    needle_chat *c = nullptr;
+    const needle_status st = needle_chat_create(g.model, system, tools_json, nullptr, &c);
+    if (st != NEEDLE_OK) return neg(st);  // the previous conversation stays as it was
+    needle_chat_free(g.chat);
+    g.chat = c;
+    return 0;
+}
+
+int needle_complete(const char *text, int max_new_tokens, char *out_buf, int out_buf_size) {
+    Global &g = global();
+    std::lock_guard<std::mutex> lock(g.mu);
+    if (out_buf && out_buf_size >= 1) out_buf[0] = '\0';
+    if (out_buf_size < 0) out_buf_size = 0;
+    if (max_new_tokens < 1) max_new_tokens = 0;  // needle_chat_complete refuses 0 with a message
+    if (!g.chat) return fail(NEEDLE_E_INVALID_ARGUMENT, "needle_complete: call needle_init first");
+    return neg(needle_chat_complete(g.chat, text, uint32_t(max_new_tokens), out_buf, size_t(out_buf_size), nullptr));
+}
+
+void needle_reset(void) {
+    Global &g = global();
+    std::lock_guard<std::mutex> lock(g.mu);
+    needle_chat_reset(g.chat);
+}
+
+}  // extern "C"

@@ -1,0 +1,118 @@
+// One tool-calling conversation on a Needle model (tool-calling.md §1): parsed tools and their
+// canonical JSON, the static prefix kept prefilled, the grammar-constrained greedy decode of
+// each turn, and its envelope. The model code knows nothing of this layer.
+// Use from one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat/completion.h"
+#include "chat/envelope.h"
+#include "chat/grammar.h"
+#include "chat/json.h"
+#include "chat/template.h"
+#include "model/model.h"
+
+namespace needle {
+namespace chat {
+
+enum class ToolChoice : int32_t { Auto = 0, Required = 1, None = 2 };
+
+struct ChatOptions {
+    ToolChoice tool_choice = ToolChoice::Auto;
+    KvType kv_type = KvType::F32;
+    bool grammar = true;                      // §6: constrain the call payload
+    bool require_required = true;             // §6.4 switch: '}' only after every required key
+    bool stop_needs_call = true;              // §6.3 switch: EOS / <|im_end|> masked until a call list closed
+};
+
+// Figures of the last turn (needle_chat_stats).
+struct TurnStats {
+    uint32_t prefill_tokens = 0, generated_tokens = 0, call_tokens = 0;
+    double prefill_ms = 0, decode_ms = 0, grammar_ms = 0;
+    double p_decode = 0, p_head = -1;
+};
+
+// Positions the static prefix must leave free before max_seq_len (§10.3 [C]).
+constexpr uint32_t kMinTurnRoom = 256;
+
+class Chat {
+public:
+    // Parses and canonicalises the tools (§3.3), compiles the grammar, prefills the static
+    // prefix. Throws Error: INVALID_ARGUMENT (bad JSON / UTF-8, not an array, a tool without a
+    // string "name", tool_choice required with no tool), CONTEXT_FULL (static prefix leaves
+    // fewer than kMinTurnRoom positions), UNSUPPORTED (no tokenizer / markers), NO_MEMORY.
+    Chat(std::shared_ptr<const Model> model, std::string_view system, std::string_view tools_json,
+         const ChatOptions &opt);
+    ~Chat();
+
+    // The UTF-8 text the next complete(text) would feed (no BOS). Throws on invalid UTF-8.
+    std::string render(std::string_view text) const;
+    // One turn; returns the envelope (§7). Application-level failures (invalid UTF-8, context
+    // full, truncation, schema violation) are success:false envelopes, never exceptions.
+    std::string complete(std::string_view text, uint32_t max_new_tokens);
+    // Rewinds to the cached static prefix (§10.4); keeps tools and system.
+    void reset();
+
+    const std::string &tools_canonical() const { return tools_text_; }
+    uint32_t static_prefix_tokens() const { return uint32_t(prefix_ids_.size()); }  // BOS included
+    const std::vector<uint32_t> &static_prefix_ids() const { return prefix_ids_; }
+    const TurnStats &last_stats() const { return stats_; }
+
+private:
+    enum class Stop { Eos, Budget, Context, Internal };
+    struct TurnResult {
+        uint32_t generated = 0;
+        double logp_call = 0.0;  // over the call tokens: after <tool_call> through </tool_call>
+        uint32_t n_call = 0;
+        double logp_all = 0.0;   // over every generated token (for a turn without a call)
+        std::string payload;     // call bytes so far (the tool_choice required rule)
+        std::string internal;    // an engine bug, reported as error_code "internal"
+        double decode_s = 0.0;
+        double grammar_s = 0.0;  // fill_mask + accept
+    };
+
+    void parse_tools(std::string_view tools_json);
+    void restore_prefix();  // the ONE place that rewinds to the static prefix (§10.4)
+    void turn_ids(std::string_view text, std::vector<uint32_t> &out) const;
+    bool is_tool_result_turn() const { return turns_ > 0 && last_had_calls_; }
+    Stop decode(uint32_t max_new_tokens, TurnResult &r);
+    uint32_t choose(int phase, bool forbid_empty_list, TurnResult &r);
+    void finish_envelope(const TurnResult &r, Stop stop, Envelope &e);
+
+    std::shared_ptr<const Model> model_;
+    const Tokenizer *tok_ = nullptr;
+    ChatOptions opt_;
+    MarkerIds ids_;
+    std::string system_;
+    JsonValue tools_;                       // the parsed array
+    std::vector<const JsonValue *> grammar_tools_;  // first definition of each name
+    std::string tools_text_;                // canonical JSON (§3.3)
+    std::string prefix_text_;               // static prefix text (§10.3)
+    std::vector<uint32_t> prefix_ids_;      // BOS + encode(prefix_text_)
+    std::unique_ptr<Sequence> seq_;
+    std::unique_ptr<Workspace> step_, batch_;
+    bool at_prefix_ = false;                // seq_ holds exactly the static prefix
+    uint32_t turns_ = 0;                    // completed turns since the prefix
+    bool last_had_calls_ = false;
+    // Per-turn scratch, sized once here.
+    std::vector<float> logits_;
+    std::vector<uint64_t> mask_;
+    std::vector<uint32_t> feed_ids_, gen_;
+    TurnResult turn_;  // reused every turn (its payload keeps its capacity)
+    TurnStats stats_;
+    std::unique_ptr<TokenBytes> token_bytes_;
+    std::shared_ptr<const Grammar> grammar_;  // compiled even with grammar off: post-decode checks
+    std::unique_ptr<GrammarMatcher> matcher_;  // null with grammar off
+};
+
+// §8: min(head probability, decode probability), the head part skipped when absent (< 0).
+// The ONE place that combines the two.
+double combine_confidence(double p_head, double p_decode);
+
+}  // namespace chat
+}  // namespace needle

@@ -1,0 +1,73 @@
+// Intrinsics of the rows-in-lanes CQ kernels (kernels_simd.cpp), one section per ISA: xsimd 8.1
+// has no runtime lane permute. A vector F holds one float per row of a block of RB rows; a
+// vector I holds one 32-bit index word per row. Included inside namespace NEEDLE_ISA_NS.
+#pragma once
+
+#if defined(__AVX512F__)
+namespace lanes {
+constexpr uint32_t RB = 16;
+constexpr uint32_t kAcc = 8;  // accumulators per row block and position (column k -> k % kAcc)
+constexpr uint32_t kPos = 3;  // positions per register-blocked pass over a decoded tile (24 of 32 registers)
+using F = __m512;
+using I = __m512i;
+inline F zero() { return _mm512_setzero_ps(); }
+inline F load(const float *p) { return _mm512_load_ps(p); }  // 64-byte aligned
+inline I load_words(const uint32_t *p) { return _mm512_load_si512(p); }
+inline F bcast(float x) { return _mm512_set1_ps(x); }
+inline F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+inline F add(F a, F b) { return _mm512_add_ps(a, b); }
+template <int S>
+inline I srl(I v) { return _mm512_srli_epi32(v, S); }
+inline void store(float *p, F v) { _mm512_store_ps(p, v); }
+
+// The level of each lane's low index field. vpermps reads the low 4 bits, so the 16-entry
+// table repeats a 4- or 8-level book; 3-bit indices are stored in nibbles whose top bit is 0.
+struct Book {
+    F t;
+    explicit Book(const float *levels, uint32_t width) {
+        alignas(64) float e[16];
+        const uint32_t n = width == 2 ? 4u : width == 3 ? 8u : 16u;
+        for (uint32_t i = 0; i < 16; ++i) e[i] = levels[i % n];
+        t = _mm512_load_ps(e);
+    }
+    template <bool Wide>
+    F operator()(I idx) const { return _mm512_permutexvar_ps(idx, t); }
+};
+}  // namespace lanes
+#else  // AVX2
+namespace lanes {
+constexpr uint32_t RB = 8;
+constexpr uint32_t kAcc = 4;  // 16 registers: 4 accumulators per position ...
+constexpr uint32_t kPos = 3;  // ... for 3 positions per pass over a decoded tile
+using F = __m256;
+using I = __m256i;
+inline F zero() { return _mm256_setzero_ps(); }
+inline F load(const float *p) { return _mm256_load_ps(p); }  // 32-byte aligned
+inline I load_words(const uint32_t *p) { return _mm256_load_si256(reinterpret_cast<const __m256i *>(p)); }
+inline F bcast(float x) { return _mm256_set1_ps(x); }
+inline F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+inline F add(F a, F b) { return _mm256_add_ps(a, b); }
+template <int S>
+inline I srl(I v) { return _mm256_srli_epi32(v, S); }
+inline void store(float *p, F v) { _mm256_store_ps(p, v); }
+
+// vpermps reads the low 3 bits: a 4-level book is stored twice, an 8-level book once; a 16-level
+// book (Wide) takes two permutes and bit 3 of the nibble picks the upper half.
+struct Book {
+    F lo, hi;
+    explicit Book(const float *levels, uint32_t width) {
+        alignas(32) float e[16];
+        const uint32_t n = width == 2 ? 4u : width == 3 ? 8u : 16u;
+        for (uint32_t i = 0; i < 16; ++i) e[i] = levels[i % n];
+        lo = _mm256_load_ps(e);
+        hi = _mm256_load_ps(e + 8);
+    }
+    template <bool Wide>
+    F operator()(I idx) const {
+        const F a = _mm256_permutevar8x32_ps(lo, idx);
+        if (!Wide) return a;
+        return _mm256_blendv_ps(a, _mm256_permutevar8x32_ps(hi, idx), _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    }
+};
+}  // namespace lanes
+#endif

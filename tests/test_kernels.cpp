@@ -1,0 +1,263 @@
+// Every kernel of every instruction set this build has and this CPU runs, against the scalar
+// reference table on random inputs whose sizes are not multiples of the vector width (tails),
+// with strides, row offsets and ring wrap-around (issue 12: a wrong lane order or a missing tail
+// in one ISA, NEON included under qemu, must fail here before it shows in the logits). Within an
+// ISA, cq_matmul's contract is bitwise: a batched matmul row equals the matvec (cq-kernels.md §9).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/kernel_table.h"
+
+using needle::CqMatrix;
+using needle::KernelTable;
+using needle::KvRing;
+
+namespace {
+
+std::vector<const KernelTable *> vector_tables() {  // every supported table but scalar
+    const KernelTable *t[8];
+    const int n = needle::supported_kernel_tables(t, 8);
+    std::vector<const KernelTable *> out;
+    for (int i = 0; i < n; ++i)
+        if (std::string(t[i]->isa) != "scalar") out.push_back(t[i]);
+    return out;
+}
+
+const KernelTable &ref() { return needle::scalar::table(); }
+
+std::vector<float> randn(std::mt19937 &rng, size_t n, float sd = 1.0f) {
+    std::normal_distribution<float> d(0.0f, sd);
+    std::vector<float> v(n);
+    for (float &x : v) x = d(rng);
+    return v;
+}
+
+// Max |got - want| over n values, relative to max(1, max |want|). Lanes or tails gone wrong give
+// errors of order 1; rounding (FMA against mul + add, another summation order) about 1e-6.
+double rel_err(const float *got, const float *want, size_t n) {
+    double mx = 1.0, err = 0.0;
+    for (size_t i = 0; i < n; ++i) mx = std::max(mx, double(std::fabs(want[i])));
+    for (size_t i = 0; i < n; ++i) {
+        const double d = std::fabs(double(got[i]) - double(want[i]));
+        err = std::max(err, std::isnan(d) ? 1e30 : d);
+    }
+    return err / mx;
+}
+constexpr double kTol = 2e-5;
+
+// A random CQ matrix of `width` bits (ternary: width 2 with a book of {-a, 0, +a}) with its LUT.
+struct RandomCq {
+    std::vector<uint8_t> packed;
+    std::vector<float> norms, lut, levels;
+    CqMatrix m;
+    RandomCq(std::mt19937 &rng, uint32_t rows, uint32_t cols, uint32_t group, uint32_t width, bool ternary) {
+        m.rows = rows;
+        m.cols = cols;
+        m.group = group;
+        m.ngroups = (cols + group - 1) / group;
+        m.cols_pad = m.ngroups * group;
+        m.width = width;
+        m.row_bytes = m.cols_pad * width / 8;
+        packed.resize(size_t(rows) * m.row_bytes);
+        for (uint8_t &b : packed) b = uint8_t(rng());
+        norms = randn(rng, size_t(rows) * m.ngroups, 0.5f);
+        levels = randn(rng, size_t(1) << width);
+        if (ternary) levels = {-0.7f, 0.0f, 0.7f, 0.0f};
+        if (width == 2) {
+            lut.resize(256 * 4);
+            for (uint32_t b = 0; b < 256; ++b)
+                for (uint32_t k = 0; k < 4; ++k) lut[4 * b + k] = levels[(b >> (2 * k)) & 3u];
+        } else if (width == 4) {
+            lut.resize(256 * 2);
+            for (uint32_t b = 0; b < 256; ++b)
+                for (uint32_t k = 0; k < 2; ++k) lut[2 * b + k] = levels[(b >> (4 * k)) & 15u];
+        }
+        m.packed = packed.data();
+        m.norms = norms.data();
+        m.lut = lut.empty() ? nullptr : lut.data();
+        m.levels = levels.data();
+    }
+};
+
+struct CqCase {
+    uint32_t width;
+    bool ternary;
+    uint32_t group, cols, rows;
+};
+const CqCase kCqCases[] = {
+    {2, false, 32, 70, 9},  {2, true, 64, 64, 5},   {3, false, 32, 45, 7},  {3, false, 128, 300, 6},
+    {4, false, 64, 100, 11}, {4, false, 256, 256, 4}, {2, false, 128, 129, 13},
+};
+
+}  // namespace
+
+TEST_CASE("kernels: the scalar table is always supported, and last") {
+    const KernelTable *t[8];
+    const int n = needle::supported_kernel_tables(t, 8);
+    REQUIRE(n >= 1);
+    CHECK(std::string(t[n - 1]->isa) == "scalar");
+    MESSAGE("kernel tables on this CPU: " << n << ", best " << std::string(t[0]->isa));
+#if defined(__aarch64__)
+    CHECK(std::string(t[0]->isa) == "neon");  // NEON is baseline on aarch64
+#endif
+}
+
+TEST_CASE("kernels: fwht and cq_prepare_input match scalar") {
+    std::mt19937 rng(1);
+    for (const KernelTable *k : vector_tables()) {
+        for (uint32_t m = 1; m <= 4096; m *= 2) {
+            const std::vector<float> x = randn(rng, m);
+            std::vector<float> a = x, b = x;
+            k->fwht(a.data(), m);
+            ref().fwht(b.data(), m);
+            INFO(k->isa << " fwht m " << m);
+            CHECK(rel_err(a.data(), b.data(), m) < kTol);
+        }
+        for (const uint32_t group : {32u, 64u, 256u})
+            for (const uint32_t cols : {1u, 31u, 33u, 100u, 512u}) {
+                const uint32_t pad = (cols + group - 1) / group * group;
+                const std::vector<float> x = randn(rng, cols);
+                std::vector<float> a(pad, 99.0f), b(pad, -99.0f);  // stale padding must be cleared
+                k->cq_prepare_input(x.data(), cols, pad, group, a.data());
+                ref().cq_prepare_input(x.data(), cols, pad, group, b.data());
+                INFO(k->isa << " cq_prepare_input cols " << cols << " group " << group);
+                CHECK(rel_err(a.data(), b.data(), pad) < kTol);
+            }
+    }
+}
+
+TEST_CASE("kernels: cq_matmul and cq_dequantize_row match scalar; matvec == matmul bitwise") {
+    std::mt19937 rng(2);
+    for (const KernelTable *k : vector_tables())
+        for (const CqCase &c : kCqCases) {
+            INFO(k->isa << " width " << c.width << (c.ternary ? " (ternary)" : "") << " group " << c.group << " cols "
+                        << c.cols << " rows " << c.rows);
+            const RandomCq w(rng, c.rows, c.cols, c.group, c.width, c.ternary);
+            const uint32_t P = 35, xs = w.m.cols_pad + 3, ys = c.rows + 2;  // > kPosTile, odd strides
+            std::vector<float> xh(size_t(P) * xs);
+            for (uint32_t p = 0; p < P; ++p) {
+                const std::vector<float> x = randn(rng, c.cols);
+                ref().cq_prepare_input(x.data(), c.cols, w.m.cols_pad, c.group, xh.data() + size_t(p) * xs);
+            }
+            // Rows 1 .. rows-1 (an offset row block), all positions at once.
+            const uint32_t r0 = 1, count = c.rows - 1;
+            std::vector<float> got(size_t(P) * ys, 7.0f), want(size_t(P) * ys, 7.0f);
+            k->cq_matmul(w.m, xh.data(), xs, P, r0, count, got.data(), ys);
+            ref().cq_matmul(w.m, xh.data(), xs, P, r0, count, want.data(), ys);
+            CHECK(rel_err(got.data(), want.data(), got.size()) < kTol);
+            for (size_t i = 0; i < got.size(); ++i)  // columns past count untouched
+                if (i % ys >= count) REQUIRE(got[i] == 7.0f);
+            // The same rows one position and one row at a time: the same bits.
+            bool same = true;
+            for (uint32_t p = 0; p < P; ++p)
+                for (uint32_t r = r0; r < r0 + count; ++r) {
+                    float one = 0.0f;
+                    k->cq_matmul(w.m, xh.data() + size_t(p) * xs, xs, 1, r, 1, &one, 1);
+                    same = same && std::memcmp(&one, &got[size_t(p) * ys + (r - r0)], 4) == 0;
+                }
+            CHECK(same);
+            std::vector<float> da(c.cols), db(c.cols);
+            for (uint32_t r = 0; r < c.rows; ++r) {
+                k->cq_dequantize_row(w.m, r, da.data());
+                ref().cq_dequantize_row(w.m, r, db.data());
+                CHECK(rel_err(da.data(), db.data(), c.cols) < kTol);
+            }
+        }
+}
+
+TEST_CASE("kernels: rms_unit, zcrms and rope match scalar (also in place)") {
+    std::mt19937 rng(3);
+    for (const KernelTable *k : vector_tables())
+        for (const uint32_t n : {1u, 3u, 4u, 7u, 8u, 9u, 15u, 16u, 17u, 63u, 64u, 65u, 100u, 257u, 1024u}) {
+            INFO(k->isa << " n " << n);
+            const std::vector<float> x = randn(rng, n, 3.0f), g = randn(rng, n, 0.2f);
+            std::vector<float> a(n), b(n);
+            k->rms_unit(x.data(), n, a.data());
+            ref().rms_unit(x.data(), n, b.data());
+            CHECK(rel_err(a.data(), b.data(), n) < kTol);
+            k->zcrms(x.data(), g.data(), n, a.data());
+            ref().zcrms(x.data(), g.data(), n, b.data());
+            CHECK(rel_err(a.data(), b.data(), n) < kTol);
+            a = x;
+            b = x;
+            k->zcrms(a.data(), g.data(), n, a.data());
+            ref().zcrms(b.data(), g.data(), n, b.data());
+            CHECK(rel_err(a.data(), b.data(), n) < kTol);
+            if (n % 2 == 0) {
+                const std::vector<float> cs = randn(rng, n / 2), sn = randn(rng, n / 2);
+                a = x;
+                b = x;
+                k->rope(a.data(), n, cs.data(), sn.data());
+                ref().rope(b.data(), n, cs.data(), sn.data());
+                CHECK(rel_err(a.data(), b.data(), n) < kTol);
+            }
+        }
+}
+
+TEST_CASE("kernels: attention_head (f32 and int8 rings, wrapped) matches scalar") {
+    std::mt19937 rng(4);
+    std::uniform_int_distribution<int> i8(-127, 127);
+    for (const KernelTable *k : vector_tables())
+        for (const uint32_t dim : {4u, 9u, 16u, 33u, 64u, 72u, 128u})
+            for (const uint32_t ring : {1u, 7u, 40u}) {
+                // Keys lo..hi: the whole ring, ending past its end (wrap-around).
+                const uint32_t hi = ring + ring / 2 + 2, lo = hi + 1 - ring;
+                INFO(k->isa << " dim " << dim << " ring " << ring << " keys " << lo << ".." << hi);
+                const std::vector<float> q = randn(rng, dim), kf = randn(rng, size_t(ring) * dim),
+                                         vf = randn(rng, size_t(ring) * dim);
+                std::vector<int8_t> k8(size_t(ring) * dim), v8(size_t(ring) * dim);
+                for (int8_t &x : k8) x = int8_t(i8(rng));
+                for (int8_t &x : v8) x = int8_t(i8(rng));
+                const std::vector<float> ks = randn(rng, ring, 0.01f), vs = randn(rng, ring, 0.01f);
+                std::vector<float> sa(ring, 0.0f), sb(ring, 0.0f), oa(dim, 5.0f), ob(dim, -5.0f);
+                const KvRing<float> kr{kf.data(), nullptr, dim, ring}, vr{vf.data(), nullptr, dim, ring};
+                k->attention_head(q.data(), kr, vr, lo, hi, sa.data(), oa.data());
+                ref().attention_head(q.data(), kr, vr, lo, hi, sb.data(), ob.data());
+                CHECK(rel_err(oa.data(), ob.data(), dim) < kTol);
+                // Each int8 row ends the allocation exactly: a kernel reading past a row's end
+                // shows under ASan (x86) here.
+                const KvRing<int8_t> k8r{k8.data(), ks.data(), dim, ring}, v8r{v8.data(), vs.data(), dim, ring};
+                k->attention_head_i8(q.data(), k8r, v8r, lo, hi, sa.data(), oa.data());
+                ref().attention_head_i8(q.data(), k8r, v8r, lo, hi, sb.data(), ob.data());
+                CHECK(rel_err(oa.data(), ob.data(), dim) < kTol);
+            }
+}
+
+// NEEDLE_EXPECT_CPU_FEATURES="asimddp -sve" (names present, "-name" absent) checks the detection
+// against a known CPU: scripts/cross-arm64.sh runs this under qemu-aarch64 with QEMU_CPU set to a
+// core with and one without the dot product.
+TEST_CASE("kernels: cpu features from the OS (arm64: getauxval)") {
+    const needle::CpuFeatures &f = needle::cpu_features();
+    const std::string names = needle::cpu_feature_names();
+    MESSAGE("cpu features: " << (names.empty() ? std::string("(none beyond the baseline)") : names));
+#if defined(__aarch64__)
+    CHECK(f.neon);
+    CHECK(names.rfind("neon", 0) == 0);
+#else
+    CHECK(!f.neon);
+    CHECK(names.empty());
+#endif
+    CHECK(f.asimddp == ((" " + names + " ").find(" asimddp ") != std::string::npos));
+    if (const char *want = std::getenv("NEEDLE_EXPECT_CPU_FEATURES")) {
+        std::istringstream in(want);
+        std::string w;
+        int n = 0;
+        while (in >> w) {
+            const bool absent = w[0] == '-';
+            const std::string name = absent ? w.substr(1) : w;
+            INFO("expected " << (absent ? "absent: " : "present: ") << name);
+            CHECK(((" " + names + " ").find(" " + name + " ") == std::string::npos) == absent);
+            ++n;
+        }
+        CHECK(n > 0);
+    }
+}

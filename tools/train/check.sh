@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Quick check of the training side (about 1-2 minutes on 2 cores; needs tools/train/setup.sh and
+# a build with libneedle and needle-make-model):
+#  1. the PyTorch Needle 2 reproduces the v2 fixtures' logits and the engine's (<= 1e-4) on
+#     tiny, odd (kv_window 0, d_model 96) and ternary;
+#  2. a short pipeline run (small data set, tokenizer, 5 training steps, export at 4 bits
+#     through the writer) loads in the engine, whose tokenizer agrees with sentencepiece and
+#     whose logits equal the dequantised PyTorch model's (<= 1e-4).
+# Exit status non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PYTHON:-/usr/bin/python3}
+export OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+for m in tiny odd ternary; do
+  "$PY" tools/train/test_parity.py --model "$m" --engine | tail -1
+done
+"$PY" tools/train/data.py --out "$tmp" --train 3000 --test 40 --seed 7
+"$PY" tools/train/tokenizer.py --corpus "$tmp/corpus.txt" --vocab 1024 --out "$tmp/tok" >/dev/null
+"$PY" tools/train/train.py --data "$tmp" --out "$tmp/ckpt.pt" --steps 5 --batch 8 \
+  --eval-every 5 --eval-n 16 | tail -1
+"$PY" tools/train/export.py --data "$tmp" --ckpt "$tmp/ckpt.pt" --out "$tmp/m.cact" \
+  --fixed-bits 4 --eval-n 16 --engine | tail -1
+echo "train/check: ok"

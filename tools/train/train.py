@@ -1,0 +1,176 @@
+"""Trains the demo Needle 2 on the generated tool-calling data (issue 10 item 4).
+
+    /usr/bin/python3 tools/train/train.py --data DIR --out DIR/ckpt.pt [--steps N] [--batch B]
+
+Each example is [BOS] + encode(prompt + target) (tool-calling.md §3.1, §3.4); the loss is the
+next-token cross-entropy on the target tokens only. Every prompt starts with the same tools
+block, so a step runs that shared prefix once (Needle2.hidden(prefix=...)) and only the
+per-example rest in a batch. Exact-call accuracy is measured teacher-forced: greedy decoding
+reproduces a target exactly iff the argmax at every target position is the target token.
+Deterministic for --seed on one thread (torch.set_num_threads(1): the machine is shared).
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import data  # noqa: E402
+import needle2  # noqa: E402
+
+TOOLS_END = 9  # </tools>: the shared prefix ends with it (tool-calling.md §3.2)
+
+DEMO_GEOMETRY = dict(vocab_size=1024, d_model=128, num_heads=4, num_kv_heads=2, num_layers=4,
+                     head_dim=32, max_seq_len=512, kv_window=512, mhc_lanes=4,
+                     engram_slots=1021, engram_sub_dim=64, engram_heads=1,
+                     engram_orders=(2, 3), engram_sites=(1, 2), engram_conv_taps=4,
+                     rope_theta=10000.0)
+
+
+class Examples:
+    """Tokenised examples: ids, where the target starts, the shared prefix length."""
+
+    def __init__(self, path, sp, tools_text, limit=None):
+        self.rows, self.meta = [], []
+        prefix = None
+        with open(path) as f:
+            for k, line in enumerate(f):
+                if limit is not None and k >= limit:
+                    break
+                ex = json.loads(line)
+                prompt = [2] + sp.encode(data.render_prompt(tools_text, ex["query"]))
+                full = [2] + sp.encode(data.render_prompt(tools_text, ex["query"]) +
+                                       data.render_target(ex["calls"]))
+                assert full[:len(prompt)] == prompt, "prompt/target boundary moved"
+                p = prompt.index(TOOLS_END) + 1
+                assert prefix is None or full[:p] == prefix, "tools block differs"
+                prefix = full[:p]
+                self.rows.append((full, len(prompt)))
+                self.meta.append(ex)
+        self.prefix = prefix
+
+    def batch(self, idx):
+        """tokens [B, S] (PAD 0 after the end), target mask [B, S - P] over the positions
+        whose logits predict a target token (position t predicts token t + 1)."""
+        P = len(self.prefix)
+        S = max(len(self.rows[i][0]) for i in idx)
+        tok = torch.zeros(len(idx), S, dtype=torch.int64)
+        want = torch.zeros(len(idx), S - P, dtype=torch.bool)
+        nxt = torch.zeros(len(idx), S - P, dtype=torch.int64)
+        for b, i in enumerate(idx):
+            full, start = self.rows[i]
+            tok[b, :len(full)] = torch.tensor(full)
+            want[b, start - 1 - P:len(full) - 1 - P] = True
+            nxt[b, :len(full) - 1 - P] = torch.tensor(full[P + 1:])
+        return tok, want, nxt
+
+
+def target_logits(model, tok, want, P):
+    h = model.hidden(tok, prefix=P)  # [B, S - P, D]
+    return h[want] @ model.p("embedding").t()
+
+
+def evaluate(model, ex, batch=32):
+    """(mean target loss, exact-call share per kind) teacher-forced over all examples."""
+    P = len(ex.prefix)
+    losses, per_kind = [], {}
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, len(ex.rows), batch):
+            idx = list(range(s, min(s + batch, len(ex.rows))))
+            tok, want, nxt = ex.batch(idx)
+            h = model.hidden(tok, prefix=P)
+            logits = h @ model.p("embedding").t()
+            for b, i in enumerate(idx):
+                lg, t = logits[b][want[b]], nxt[b][want[b]]
+                losses.append(float(F.cross_entropy(lg, t)))
+                ok = bool((lg.argmax(-1) == t).all())
+                k = ex.meta[i]["kind"]
+                per_kind.setdefault(k, []).append(ok)
+    model.train()
+    acc = {k: sum(v) / len(v) for k, v in per_kind.items()}
+    allv = [x for v in per_kind.values() for x in v]
+    acc["all"] = sum(allv) / len(allv)
+    return float(np.mean(losses)), acc
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--eval-n", type=int, default=300)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(args.data, "tok.model"))
+    tools_text = data.tools_json(json.load(open(data.TOOLS_PATH)))
+    train = Examples(os.path.join(args.data, "train.jsonl"), sp, tools_text)
+    test = Examples(os.path.join(args.data, "test.jsonl"), sp, tools_text, limit=args.eval_n)
+    P = len(train.prefix)
+    g = needle2.Geometry(**DEMO_GEOMETRY)
+    model = needle2.Needle2(g)
+    model.init_weights(args.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    print("train %d examples, prefix %d tokens, %d parameters" % (len(train.rows), P, n_params),
+          flush=True)
+    decay = [p for n, p in zip(model.names, model.params) if len(p.shape) == 2]
+    rest = [p for n, p in zip(model.names, model.params) if len(p.shape) != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": rest, "weight_decay": 0.0}], lr=args.lr,
+                            betas=(0.9, 0.98))
+    warm = min(200, args.steps // 10 + 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) *
+        (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
+    rng = random.Random(args.seed)
+    order = []
+    t0, tokens_seen, log_loss = time.time(), 0, []
+    for step in range(1, args.steps + 1):
+        if len(order) < args.batch:
+            order = list(range(len(train.rows)))
+            rng.shuffle(order)
+        idx, order = order[:args.batch], order[args.batch:]
+        tok, want, nxt = train.batch(idx)
+        logits = target_logits(model, tok, want, P)
+        loss = F.cross_entropy(logits, nxt[want])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        tokens_seen += P + int((tok[:, P:] != 0).sum())
+        log_loss.append(float(loss))
+        if step % 50 == 0 or step == 1:
+            dt = time.time() - t0
+            print("step %5d loss %.4f  %.2f steps/s %.0f tokens/s  %.0f s" %
+                  (step, np.mean(log_loss), step / dt, tokens_seen / dt, dt), flush=True)
+            log_loss = []
+        if step % args.eval_every == 0 or step == args.steps:
+            loss_t, acc = evaluate(model, test)
+            print("eval step %d: test loss %.4f exact %s" %
+                  (step, loss_t, json.dumps({k: round(v, 3) for k, v in sorted(acc.items())})),
+                  flush=True)
+            torch.save({"geometry": g.as_dict(), "arrays": model.arrays(), "step": step,
+                        "names": model.names}, args.out)
+    print("done: %d steps in %.0f s" % (args.steps, time.time() - t0), flush=True)
+
+
+if __name__ == "__main__":
+    main()
