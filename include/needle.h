@@ -136,12 +136,14 @@ typedef struct needle_model_params {
 /** Fills `p` with defaults (use_mmap 1, n_threads 0, depth 0). NULL is ignored. Any thread. */
 NEEDLE_API void needle_model_params_init(needle_model_params *p);
 
-/** Loads a .cact container from a file and validates all of it (container-v2.md §12).
+/** Loads a .cact container from a file and validates all of it: Needle 2 (tag 0x05E12A83,
+ *  container-v2.md §12) or Needle 3 (tag 0x05E12A84, container-v3.md §5).
  *  `p` may be NULL (defaults). On success writes a new model to *out; on failure writes NULL.
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL path/out, bad params); IO (cannot open/read/map);
  *  FORMAT (not a container, or damaged: the message names the field and values);
- *  UNSUPPORTED (a known tag this build cannot run, e.g. the old geometry-less 0x05E12A82 or
- *  Needle 3's 0x05E12A84); NO_MEMORY. Loads typically take a few milliseconds. */
+ *  UNSUPPORTED (a known tag this build cannot run: the old geometry-less 0x05E12A82);
+ *  INVALID_ARGUMENT also for a depth the model has no rung for; NO_MEMORY.
+ *  Loads typically take a few milliseconds. */
 NEEDLE_API needle_status needle_model_load_file(const char *path, const needle_model_params *p,
                                                 needle_model **out);
 

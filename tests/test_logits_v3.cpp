@@ -119,3 +119,8 @@ TEST_CASE("v3 logits: tiny3 cases match the peer (f32 and int8, ladder rungs)") 
 TEST_CASE("v3 logits: needle3syn chat matches the peer (f32 and int8)") {
     run_model("needle3syn", [](const nlohmann::json &c) { return c["case"] == "chat"; });
 }
+
+// The f32 3,300-token case runs in "v3 batched: needle3syn ..." (with its chunking checks).
+TEST_CASE("v3 logits: needle3syn gpl3_3300 int8 matches the peer") {
+    run_model("needle3syn", [](const nlohmann::json &c) { return c["id"] == "needle3syn__gpl3_3300__int8"; });
+}

@@ -104,6 +104,26 @@ float lse(const float *v, uint32_t n, uint32_t stride) {
 }
 }  // namespace
 
+void mhc_scatter(float a_post, const float *b_post, float a_res, const float *b_res, const float *p_post,
+                 const float *p_res, uint32_t active, const float *y, uint32_t N, uint32_t D, float *X,
+                 float *Xs) {
+    float hp[64], R[64 * 64];  // lanes <= 64 (both containers' caps)
+    for (uint32_t k = 0; k < N; ++k) {
+        const float off = (k == active) ? 0.0f : -4.0f;
+        hp[k] = 2.0f * sigmoid(a_post * p_post[k] + b_post[k] + off);
+    }
+    for (uint32_t e = 0; e < N * N; ++e) R[e] = a_res * p_res[e] + b_res[e];
+    sinkhorn(R, N);
+    std::memcpy(Xs, X, sizeof(float) * N * D);  // lanes are mixed from a snapshot
+    for (uint32_t k = 0; k < N; ++k) {
+        float *dst = X + size_t(k) * D;
+        std::fill(dst, dst + D, 0.0f);
+        for (uint32_t j = 0; j < N; ++j)
+            for (uint32_t c = 0; c < D; ++c) dst[c] += R[k * N + j] * Xs[size_t(j) * D + c];
+        for (uint32_t c = 0; c < D; ++c) dst[c] += hp[k] * y[c];
+    }
+}
+
 void sinkhorn(float *m, uint32_t n) {
     for (int it = 0; it < 20; ++it) {
         for (uint32_t i = 0; i < n; ++i) {

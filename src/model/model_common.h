@@ -76,6 +76,14 @@ void engram_conv_at(uint32_t p, uint32_t p0, uint32_t n_taps, uint32_t dil, uint
 void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk_stride, float *ring,
                        uint32_t ring_rows, uint32_t d);
 
+// mHC scatter-up (model-v2.md §3 steps 5.7-5.9 = model-v3.md §1.3) of one position:
+// hp_i = 2 sigma(a_post p_post_i + b_post_i + (i == active ? 0 : -4)),
+// R = sinkhorn(a_res p_res + b_res), lane_i <- sum_j R_ij lane_j + hp_i y.
+// X [N][D] lanes (updated), Xs [N][D] scratch, y [D]; N <= 64.
+void mhc_scatter(float a_post, const float *b_post, float a_res, const float *b_res, const float *p_post,
+                 const float *p_res, uint32_t active, const float *y, uint32_t N, uint32_t D, float *X,
+                 float *Xs);
+
 // Log-domain Sinkhorn on m[n][n]: 20 rounds of row then column log-sum-exp, then exp.
 void sinkhorn(float *m, uint32_t n);
 

@@ -513,25 +513,9 @@ void Needle2Model::block_tail(Work &w, uint32_t l, uint32_t i) const {
     for (uint32_t c = 0; c < g.Nh; ++c) z[c] = silu(ly.d2[c] * z[c]);
     fwht(z, g.Nh);
     for (uint32_t c = 0; c < D; ++c) y[c] = (bx[c] + ly.d3[c] * z[c]) - u[c];
-    // 5.7 post-routing, 5.8 residual mixing
-    float hpost[kMaxLanes], P[kMaxLanes * kMaxLanes];
-    for (uint32_t k = 0; k < N; ++k) {
-        const float off = (k == l % N) ? 0.0f : -4.0f;
-        hpost[k] = 2.0f * sigmoid(a_post_[l] * w.b[i * N + k] + b_post_[l * N + k] + off);
-    }
-    const float *rv = w.rv + size_t(i) * N * N;
-    for (uint32_t e = 0; e < N * N; ++e) P[e] = a_res_[l] * rv[e] + b_res_[size_t(l) * N * N + e];
-    sinkhorn(P, N);
-    // 5.9 lane update from a snapshot of the pre-update lanes
-    float *X = w.X + size_t(i) * g.nD, *Xs = w.Xn + size_t(i) * g.nD;
-    std::memcpy(Xs, X, sizeof(float) * g.nD);
-    for (uint32_t k = 0; k < N; ++k) {
-        float *dst = X + size_t(k) * D;
-        std::fill(dst, dst + D, 0.0f);
-        for (uint32_t j = 0; j < N; ++j)
-            for (uint32_t c = 0; c < D; ++c) dst[c] += P[k * N + j] * Xs[size_t(j) * D + c];
-        for (uint32_t c = 0; c < D; ++c) dst[c] += hpost[k] * y[c];
-    }
+    // 5.7 post-routing, 5.8 residual mixing, 5.9 lane update from a snapshot of the lanes
+    mhc_scatter(a_post_[l], b_post_ + l * N, a_res_[l], b_res_ + size_t(l) * N * N, w.b + i * N,
+                w.rv + size_t(i) * N * N, l % N, y, N, D, w.X + size_t(i) * g.nD, w.Xn + size_t(i) * g.nD);
 }
 
 // Step 6: tied LM head on zcrms(mean of lanes; final_norm).

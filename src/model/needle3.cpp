@@ -573,24 +573,9 @@ void Needle3Model::block_tail(Work &w, uint32_t li, uint32_t i) const {
     for (uint32_t c = 0; c < hn; ++c) z[c] = ly.d3[c] * t2[p2_[c]];
     kron(z, ly.w3a, ly.w3b, g.ba, g.bb, t1, t2);
     for (uint32_t c = 0; c < D; ++c) y[c] = (bx[c] + ly.d4[c] * t2[c]) - u[c];
-    // mHC scatter-up
-    float hp[64], R[64 * 64];  // mhc_lanes <= 64 (container-v3.md §5.1)
-    for (uint32_t k = 0; k < N; ++k) {
-        const float off = (k == li % N) ? 0.0f : -4.0f;
-        hp[k] = 2.0f * sigmoid(a_post_[l] * w.pb[i * N + k] + b_post_[l * N + k] + off);
-    }
-    const float *pr = w.pr + size_t(i) * N * N;
-    for (uint32_t e = 0; e < N * N; ++e) R[e] = a_res_[l] * pr[e] + b_res_[size_t(l) * N * N + e];
-    sinkhorn(R, N);
-    float *X = w.X + size_t(i) * g.nd, *Xs = w.Xs + size_t(i) * g.nd;
-    std::memcpy(Xs, X, sizeof(float) * g.nd);
-    for (uint32_t k = 0; k < N; ++k) {
-        float *dst = X + size_t(k) * D;
-        std::fill(dst, dst + D, 0.0f);
-        for (uint32_t j = 0; j < N; ++j)
-            for (uint32_t c = 0; c < D; ++c) dst[c] += R[k * N + j] * Xs[size_t(j) * D + c];
-        for (uint32_t c = 0; c < D; ++c) dst[c] += hp[k] * y[c];
-    }
+    float *X = w.X + size_t(i) * g.nd;
+    mhc_scatter(a_post_[l], b_post_ + l * N, a_res_[l], b_res_ + size_t(l) * N * N, w.pb + i * N,
+                w.pr + size_t(i) * N * N, li % N, y, N, D, X, w.Xs + size_t(i) * g.nd);
     float *cell = w.cell + size_t(i) * D;  // confidence cell: mean over lanes after the layer
     if (has_conf_) {  // cheap; pool_cells skips it for a state that does not pool
         for (uint32_t c = 0; c < D; ++c) {
