@@ -75,7 +75,7 @@ namespace Needle
     // ------------------------------------------------------------------ raw declarations
 
     /// <summary>The C functions of needle.h, declared as they are (ABI 1).</summary>
-    public static class NativeMethods
+    public static partial class NativeMethods
     {
         public const uint AbiVersion = 1; // NEEDLE_ABI_VERSION these declarations follow
         public const uint NoToken = 0xFFFFFFFF;

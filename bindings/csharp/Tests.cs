@@ -93,6 +93,12 @@ static class Tests
             .Select(m => (DllImportAttribute)Attribute.GetCustomAttribute(m, typeof(DllImportAttribute)))
             .Where(a => a != null).Select(a => a.Value));
 
+    const string Weather = "[{\"name\":\"get_weather\",\"description\":\"Get the weather for a city.\"," +
+        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"," +
+        "\"enum\":[\"Paris\",\"Oslo\"]}},\"required\":[\"city\"]}}]";
+    static readonly string[] EnvelopeKeys = { "type", "success", "error", "error_code", "reason", "function_calls",
+        "suppressed_calls", "reasoning", "confidence", "prefill_tps", "decode_tps", "peak_ram_mb" };
+
     static readonly List<KeyValuePair<string, Action>> cases = new List<KeyValuePair<string, Action>>
     {
         Case("missing file is IO", () =>
@@ -322,6 +328,44 @@ static class Tests
             bool disposed = false;
             try { s.Decode(Bos); } catch (ObjectDisposedException) { disposed = true; }
             Assert(disposed, "use after dispose throws ObjectDisposedException");
+        }),
+        Case("chat render and canonical tools", () =>
+        {
+            using (var m = Tiny())
+            using (var chat = new Chat(m, "date: 2026-07-21", Weather))
+            {
+                Assert(chat.ToolsJson == Weather, chat.ToolsJson);
+                string want = "<|im_start|>system\ndate: 2026-07-21<|im_end|>\n<|im_start|>user\n<tools>" + Weather +
+                              "</tools>\nParis?<|im_end|>\n<|im_start|>assistant\n";
+                Assert(chat.Render("Paris?") == want, chat.Render("Paris?"));
+            }
+        }),
+        Case("chat required call, reset, truncation, bad tools", () =>
+        {
+            using (var m = Tiny())
+            using (var chat = new Chat(m, "", Weather, new ChatOptions { ToolChoice = ToolChoice.Required }))
+            {
+                string env = chat.Complete("What's the weather in Paris?", 64);
+                int last = 0;
+                foreach (var k in EnvelopeKeys)
+                {
+                    int at = env.IndexOf("\"" + k + "\":", StringComparison.Ordinal);
+                    Assert(at >= last, $"key {k} missing or out of order in {env}");
+                    last = at;
+                }
+                Assert(env.StartsWith("{\"type\":\"call\",\"success\":true,\"error\":null,\"error_code\":null,", StringComparison.Ordinal), env);
+                string paris = "\"function_calls\":[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]";
+                string oslo = paris.Replace("Paris", "Oslo");
+                Assert(env.Contains(paris) || env.Contains(oslo), env);
+                chat.Reset();
+                string again = chat.Complete("What's the weather in Paris?", 64);
+                Assert(again.Contains(env.Contains(paris) ? paris : oslo), again);
+                chat.Reset();
+                string shortEnv = chat.Complete("Paris?", 3);
+                Assert(shortEnv.Contains("\"success\":false") && shortEnv.Contains("\"error_code\":\"truncated\""), shortEnv);
+                var e = Throws(Status.InvalidArgument, () => new Chat(m, "", "[{\"name\": 3}]"));
+                Assert(e.Message.Contains("name"), e.Message);
+            }
         }),
     };
 

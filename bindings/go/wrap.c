@@ -111,3 +111,23 @@ needle_status ngo_generate(needle_state *s, needle_batch *b, const char *prompt,
     return keep(needle_generate(s, b, prompt, len, p, handle ? trampoline : NULL, (void *)handle, r),
                 err, cap);
 }
+
+needle_status ngo_chat_create(needle_model *m, const char *system, const char *tools_json,
+                              const needle_chat_params *p, needle_chat **out, char *err, size_t cap) {
+    return keep(needle_chat_create(m, system, tools_json, p, out), err, cap);
+}
+
+needle_status ngo_chat_render(needle_chat *c, const char *text, char *out, size_t out_cap, size_t *len,
+                              char *err, size_t cap) {
+    return keep(needle_chat_render(c, text, out, out_cap, len), err, cap);
+}
+
+needle_status ngo_chat_complete(needle_chat *c, const char *text, uint32_t max_new_tokens, char *out,
+                                size_t out_cap, size_t *len, char *err, size_t cap) {
+    return keep(needle_chat_complete(c, text, max_new_tokens, out, out_cap, len), err, cap);
+}
+
+needle_status ngo_chat_tools_json(const needle_chat *c, char *out, size_t out_cap, size_t *len, char *err,
+                                  size_t cap) {
+    return keep(needle_chat_tools_json(c, out, out_cap, len), err, cap);
+}

@@ -32,6 +32,15 @@ needle_status ngo_state_copy(needle_state *dst, const needle_state *src, char *e
 needle_status ngo_state_save(const needle_state *s, void *buf, size_t buf_cap, size_t *len, char *err,
                              size_t cap);
 needle_status ngo_state_load(needle_state *s, const void *buf, size_t len, char *err, size_t cap);
+/* tool-calling chat (issue 9) */
+needle_status ngo_chat_create(needle_model *m, const char *system, const char *tools_json,
+                              const needle_chat_params *p, needle_chat **out, char *err, size_t cap);
+needle_status ngo_chat_render(needle_chat *c, const char *text, char *out, size_t out_cap, size_t *len,
+                              char *err, size_t cap);
+needle_status ngo_chat_complete(needle_chat *c, const char *text, uint32_t max_new_tokens, char *out,
+                                size_t out_cap, size_t *len, char *err, size_t cap);
+needle_status ngo_chat_tools_json(const needle_chat *c, char *out, size_t out_cap, size_t *len, char *err,
+                                  size_t cap);
 /* handle != 0 routes tokens to the Go callback registered under that handle. */
 needle_status ngo_generate(needle_state *s, needle_batch *b, const char *prompt, size_t len,
                            const needle_generate_params *p, uintptr_t handle,

@@ -23,7 +23,9 @@
 //! symbol when the program starts: a library lacking one is refused by the loader before any Rust
 //! code runs (no call to a missing function can happen).
 
+mod chat;
 pub mod sys;
+pub use chat::{Chat, ChatParams, ToolChoice, CHAT_BUFFER_SIZE};
 
 use std::any::Any;
 use std::ffi::{CStr, CString};

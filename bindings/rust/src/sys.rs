@@ -212,3 +212,60 @@ extern "C" {
         result: *mut needle_generate_result,
     ) -> needle_status;
 }
+
+// ---------------------------------------------------------------- tool-calling chat (issue 9)
+#[repr(C)]
+pub struct needle_chat {
+    _private: [u8; 0],
+}
+
+pub const NEEDLE_TOOL_CHOICE_AUTO: i32 = 0;
+pub const NEEDLE_TOOL_CHOICE_REQUIRED: i32 = 1;
+pub const NEEDLE_TOOL_CHOICE_NONE: i32 = 2;
+
+/// needle_chat_params, field by field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct needle_chat_params {
+    pub struct_size: u32,
+    pub tool_choice: i32,
+    pub kv_type: i32,
+    pub grammar: i32,
+    pub require_required: i32,
+    pub stop_needs_call: i32,
+    pub sinks: i32,
+}
+
+extern "C" {
+    pub fn needle_chat_params_init(p: *mut needle_chat_params);
+    pub fn needle_chat_create(
+        model: *mut needle_model,
+        system: *const c_char,
+        tools_json: *const c_char,
+        p: *const needle_chat_params,
+        out: *mut *mut needle_chat,
+    ) -> needle_status;
+    pub fn needle_chat_render(
+        chat: *mut needle_chat,
+        text: *const c_char,
+        out: *mut c_char,
+        cap: usize,
+        len: *mut usize,
+    ) -> needle_status;
+    pub fn needle_chat_complete(
+        chat: *mut needle_chat,
+        text: *const c_char,
+        max_new_tokens: u32,
+        out: *mut c_char,
+        cap: usize,
+        len: *mut usize,
+    ) -> needle_status;
+    pub fn needle_chat_reset(chat: *mut needle_chat);
+    pub fn needle_chat_free(chat: *mut needle_chat);
+    pub fn needle_chat_tools_json(
+        chat: *const needle_chat,
+        out: *mut c_char,
+        cap: usize,
+        len: *mut usize,
+    ) -> needle_status;
+}
