@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -150,4 +151,22 @@ TEST_CASE("v3 corruption: the 1,512 tiny3 single-field corruptions") {
                                   << ok_refused << " (of 834)");
     CHECK(err_refused == 677);
     CHECK(defect_refused == 1);
+}
+
+// Found by fuzz_load: a finite but huge codebook level passes the ordering checks, then every CQ
+// product overflows and the logits are NaN. The loader bounds the levels instead.
+TEST_CASE("v3 corruption: a huge codebook level is refused") {
+    const std::vector<uint8_t> good = fixtures::read_bytes(fixtures::v3("models/tiny3.cact"));
+    for (const uint32_t level : {3u, 11u, 27u}) {
+        CAPTURE(level);
+        std::vector<uint8_t> bytes = good;
+        const float huge = 3.0e36f;
+        uint32_t bits;
+        std::memcpy(&bits, &huge, 4);
+        put(bytes, 196 + 4 * size_t(level), bits, 4);
+        needle_model *m = nullptr;
+        CHECK(needle_model_load_memory(bytes.data(), bytes.size(), nullptr, &m) == NEEDLE_E_FORMAT);
+        CHECK(m == nullptr);
+        CHECK(std::string(needle_last_error()).find("codebook: level " + std::to_string(level)) == 0);
+    }
 }

@@ -15,6 +15,7 @@ namespace {
 
 using ull = unsigned long long;
 
+constexpr float kMaxCodebookLevelV3 = 16.0f;  // see parse_cact_v3
 constexpr uint64_t kDirStartV3 = kHeaderBytesV3 + 4ull * kCodebookLen;  // 308
 
 [[noreturn]] void bad(const std::string &msg) { fail(NEEDLE_E_FORMAT, msg); }
@@ -355,6 +356,15 @@ ContainerV3 parse_cact_v3(const uint8_t *data, size_t size) {
     check_geometry(h);  // rules 6-8
     const std::string cb = read_codebook_levels(data + kHeaderBytesV3, c.codebook);
     if (!cb.empty()) bad(cb);
+    // The v3 books are not fixed (§3.1: a reader uses what is stored), so unlike v2 they cannot be
+    // compared with a reference. Bound them instead: Lloyd-Max levels for a unit Gaussian are
+    // below 3 in magnitude (below 1 once divided by sqrt(group >= 8)); a finite but huge level
+    // (say 3e36) passes the ordering checks, then overflows every CQ dot product to inf and the
+    // logits to NaN (found by fuzz_load).
+    for (uint32_t i = 0; i < kCodebookLen; ++i)
+        if (!(std::fabs(c.codebook[i]) <= kMaxCodebookLevelV3))
+            bad(strf("codebook: level %u = %.9g is outside [-%g, %g]", i, double(c.codebook[i]),
+                     double(kMaxCodebookLevelV3), double(kMaxCodebookLevelV3)));
     c.canon.layers = h.num_layers, c.canon.sites = h.n_sites, c.canon.taps = h.qkv_conv_taps > 0;
     c.canon.per_layer = 24 + (c.canon.taps ? 3 : 0);
     c.ba = 1u << (bitlen(h.hada_n - 1) / 2);
