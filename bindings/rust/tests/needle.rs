@@ -328,3 +328,16 @@ fn needle3_tiny3() {
     assert_eq!(depth(2).unwrap().info().num_layers, 2);
     assert_eq!(depth(1).unwrap_err().status, Status::InvalidArgument);
 }
+
+/// The `#[repr(C)]` mirrors have needle.h's sizes and offsets (x86-64 / arm64 LP64).
+#[test]
+fn struct_layouts_match_needle_h() {
+    use std::mem::{offset_of, size_of};
+    assert_eq!(size_of::<sys::needle_model_params>(), 16);
+    assert_eq!(size_of::<sys::needle_state_params>(), 16);
+    assert_eq!(size_of::<sys::needle_generate_params>(), 40);
+    assert_eq!(size_of::<sys::needle_model_info>(), 120);
+    assert_eq!(offset_of!(sys::needle_model_info, out_vocab), 88);
+    assert_eq!(offset_of!(sys::needle_model_info, global_layer_mask), 96);
+    assert_eq!(offset_of!(sys::needle_model_info, n_threads), 116);
+}
