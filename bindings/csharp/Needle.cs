@@ -98,6 +98,10 @@ namespace Needle
                 num_kv_heads, head_dim, v_head_dim, max_seq_len, kv_window, mhc_lanes,
                 num_engram_sites, bos_id, eos_id, pad_id, unk_id, has_tokenizer;
             public ulong weight_bytes, file_bytes;
+            // added by issue 8 (Needle 3), then n_threads (issue 13): needle.h order
+            public uint out_vocab;
+            public ulong global_layer_mask;
+            public uint qkv_conv_taps, has_confidence_head, has_contrastive_head, n_threads;
         }
 
         [StructLayout(LayoutKind.Sequential)]
@@ -242,6 +246,15 @@ namespace Needle
             VHeadDim, MaxSeqLen, KvWindow, MhcLanes, NumEngramSites, BosId, EosId, PadId, UnkId;
         public bool HasTokenizer;
         public ulong WeightBytes, FileBytes;
+        /// <summary>Logits rows: every logits buffer holds this many floats (Needle 2: VocabSize).</summary>
+        public uint OutVocab;
+        /// <summary>Bit l set: layer l (as run, after the depth ladder) attends globally; Needle 2: 0.</summary>
+        public ulong GlobalLayerMask;
+        /// <summary>Taps of the causal Q/K/V conv (Needle 3), 0 = none.</summary>
+        public uint QkvConvTaps;
+        public bool HasConfidenceHead, HasContrastiveHead;
+        /// <summary>Worker threads the model's states run with (threads as clamped).</summary>
+        public uint NThreads;
 
         internal ModelInfo(NativeMethods.ModelInfo i)
         {
@@ -251,6 +264,9 @@ namespace Needle
             KvWindow = i.kv_window; MhcLanes = i.mhc_lanes; NumEngramSites = i.num_engram_sites;
             BosId = i.bos_id; EosId = i.eos_id; PadId = i.pad_id; UnkId = i.unk_id;
             HasTokenizer = i.has_tokenizer != 0; WeightBytes = i.weight_bytes; FileBytes = i.file_bytes;
+            OutVocab = i.out_vocab; GlobalLayerMask = i.global_layer_mask; QkvConvTaps = i.qkv_conv_taps;
+            HasConfidenceHead = i.has_confidence_head != 0; HasContrastiveHead = i.has_contrastive_head != 0;
+            NThreads = i.n_threads;
         }
     }
 
@@ -260,21 +276,22 @@ namespace Needle
         public ModelHandle Handle { get; }
         public ModelInfo Info { get; }
 
-        /// <summary>Loads a container file.</summary>
-        public Model(string path, bool useMmap = true, int threads = 0)
+        /// <summary>Loads a container file. depth: Needle 3 depth-ladder rung (0 = all layers,
+        /// 2..num_layers = that many; anything else INVALID_ARGUMENT; Needle 2 accepts only 0).</summary>
+        public Model(string path, bool useMmap = true, int threads = 0, uint depth = 0)
         {
             Library.EnsureAbi();
-            var p = Params(useMmap, threads);
+            var p = Params(useMmap, threads, depth);
             ModelHandle h;
             int st = NativeMethods.needle_model_load_file(NativeMethods.CString(path), ref p, out h);
             Handle = h;
             Info = Load(st);
         }
 
-        Model(byte[] data, int threads)
+        Model(byte[] data, int threads, uint depth)
         {
             Library.EnsureAbi();
-            var p = Params(true, threads);
+            var p = Params(true, threads, depth);
             ModelHandle h;
             int st = NativeMethods.needle_model_load_memory(data, (UIntPtr)data.Length, ref p, out h);
             Handle = h;
@@ -282,14 +299,16 @@ namespace Needle
         }
 
         /// <summary>Loads a container from memory (the bytes are copied).</summary>
-        public static Model FromBytes(byte[] data, int threads = 0) => new Model(data, threads);
+        public static Model FromBytes(byte[] data, int threads = 0, uint depth = 0) => new Model(data, threads, depth);
 
-        static NativeMethods.ModelParams Params(bool useMmap, int threads)
+        static NativeMethods.ModelParams Params(bool useMmap, int threads, uint depth)
         {
-            var p = new NativeMethods.ModelParams();
+            // struct_size first: needle_*_params_init writes only the caller's struct_size bytes.
+            var p = new NativeMethods.ModelParams { struct_size = (uint)Marshal.SizeOf(typeof(NativeMethods.ModelParams)) };
             NativeMethods.needle_model_params_init(ref p);
             p.use_mmap = useMmap ? 1 : 0;
             p.n_threads = threads;
+            p.depth = depth;
             return p;
         }
 
@@ -339,8 +358,11 @@ namespace Needle
 
         /// <summary>A new empty sequence: kvWindow -1 = the model's window, 0 = full causal, > 0 = this window.</summary>
         /// <summary>kvWindow: -1 the model's window, 0 full causal, > 0 tokens. int8Kv: an int8 KV
-        /// cache (3.8x smaller at head_dim 64, logits not bit-faithful; needle.h needle_kv_type).</summary>
-        public State NewState(int kvWindow = -1, bool int8Kv = false) => new State(this, kvWindow, int8Kv);
+        /// cache (3.8x smaller at head_dim 64, logits not bit-faithful; needle.h needle_kv_type).
+        /// maxTokens: positions the state can hold (0 = max_seq_len); its KV memory is sized for
+        /// them and feeding past them is CONTEXT_FULL.</summary>
+        public State NewState(int kvWindow = -1, bool int8Kv = false, uint maxTokens = 0) =>
+            new State(this, kvWindow, int8Kv, maxTokens);
 
         /// <summary>Prefill scratch for chunks of up to `capacity` positions.</summary>
         public Batch NewBatch(uint capacity) => new Batch(this, capacity);
@@ -392,20 +414,22 @@ namespace Needle
     public sealed class State : IDisposable
     {
         public StateHandle Handle { get; }
-        /// <summary>Floats a logits buffer needs (needle.h has no state -> model accessor).</summary>
+        /// <summary>Floats a logits buffer needs: the model's OutVocab (needle.h has no state -> model accessor).</summary>
         public uint VocabSize { get; }
 
-        internal State(Model model, int kvWindow, bool int8Kv)
+        internal State(Model model, int kvWindow, bool int8Kv, uint maxTokens)
         {
-            var p = new NativeMethods.StateParams();
+            // struct_size first: needle_*_params_init writes only the caller's struct_size bytes.
+            var p = new NativeMethods.StateParams { struct_size = (uint)Marshal.SizeOf(typeof(NativeMethods.StateParams)) };
             NativeMethods.needle_state_params_init(ref p);
             p.kv_window = kvWindow;
             p.kv_type = int8Kv ? 1 : 0;
+            p.max_tokens = maxTokens;
             StateHandle h;
             int st = NativeMethods.needle_state_create_ex(model.Handle, ref p, out h);
             Handle = h;
             if (st != 0) { string msg = NativeMethods.Utf8(NativeMethods.needle_last_error()); h.Dispose(); throw new NeedleException((Status)st, msg); }
-            VocabSize = model.Info.VocabSize;
+            VocabSize = model.Info.OutVocab;
         }
 
         public void Dispose() => Handle.Dispose();
@@ -489,7 +513,7 @@ namespace Needle
                                        Func<uint, string, bool> onToken = null)
         {
             options = options ?? new GenerateOptions();
-            var p = new NativeMethods.GenerateParams();
+            var p = new NativeMethods.GenerateParams { struct_size = (uint)Marshal.SizeOf(typeof(NativeMethods.GenerateParams)) };
             NativeMethods.needle_generate_params_init(ref p);
             p.max_tokens = options.MaxTokens; p.temperature = options.Temperature; p.top_k = options.TopK;
             p.top_p = options.TopP; p.seed = options.Seed; p.add_bos = options.AddBos ? 1 : 0;

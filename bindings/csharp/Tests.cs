@@ -125,7 +125,12 @@ static class Tests
         {
             Assert(Marshal.SizeOf(typeof(NativeMethods.GenerateParams)) == 40, "generate params 40");
             Assert(Marshal.SizeOf(typeof(NativeMethods.GenerateResult)) == 32, "generate result 32");
-            Assert(Marshal.SizeOf(typeof(NativeMethods.ModelInfo)) == 88, "model info 88");
+            Assert(Marshal.SizeOf(typeof(NativeMethods.ModelInfo)) == 120, "model info 120");
+            Assert(Marshal.OffsetOf(typeof(NativeMethods.ModelInfo), "out_vocab").ToInt32() == 88, "out_vocab at 88");
+            Assert(Marshal.OffsetOf(typeof(NativeMethods.ModelInfo), "global_layer_mask").ToInt32() == 96, "mask at 96");
+            Assert(Marshal.OffsetOf(typeof(NativeMethods.ModelInfo), "n_threads").ToInt32() == 116, "n_threads at 116");
+            Assert(Marshal.SizeOf(typeof(NativeMethods.ModelParams)) == 16, "model params 16");
+            Assert(Marshal.SizeOf(typeof(NativeMethods.StateParams)) == 16, "state params 16");
             Assert(Marshal.OffsetOf(typeof(NativeMethods.GenerateParams), "seed").ToInt32() == 24, "seed at 24");
         }),
         Case("info and tokenizer", () =>
@@ -367,7 +372,58 @@ static class Tests
                 Assert(e.Message.Contains("name"), e.Message);
             }
         }),
+        // ---------------------------------------------------------- Needle 3 (issue 8)
+        Case("Needle 3: tiny3 info, greedy ids, depth ladder, max_tokens, confidence", Needle3Tiny3),
     };
+
+    static uint[] ReadU32(string path)
+    {
+        var raw = File.ReadAllBytes(path);
+        var out_ = new uint[raw.Length / 4];
+        Buffer.BlockCopy(raw, 0, out_, 0, out_.Length * 4);
+        return out_;
+    }
+
+    // tiny3 (fixtures/v3 manifest case tiny3__chat__f32) through the binding.
+    static void Needle3Tiny3()
+    {
+        string v3 = Path.Combine(fixtures, "v3"), path = Path.Combine(v3, "models", "tiny3.cact");
+        var prompt = ReadU32(Path.Combine(v3, "refs", "tiny3__chat__f32.prompt.u32"));
+        var rawRef = File.ReadAllBytes(Path.Combine(v3, "refs", "tiny3__chat__f32.prefill.f32"));
+        var reference = new float[rawRef.Length / 4];
+        Buffer.BlockCopy(rawRef, 0, reference, 0, rawRef.Length);
+        using (var m = new Model(path))
+        {
+            Assert(m.Info.FormatVersion == 3 && m.Info.OutVocab == 512 && m.Info.HasConfidenceHead, "tiny3 info");
+            // Greedy: the manifest's first two generated ids; the state holds exactly the prompt.
+            using (var s = m.NewState(maxTokens: (uint)prompt.Length))
+            {
+                Assert(s.VocabSize == 512, "logits size out_vocab");
+                var logits = new float[s.VocabSize];
+                s.Prefill(prompt, null, logits);
+                float worst = 0;
+                for (int i = 0; i < logits.Length; i++) worst = Math.Max(worst, Math.Abs(logits[i] - reference[i]));
+                Assert(worst <= 2e-4f, $"prefill max |d| {worst}");
+                Assert(Argmax(logits) == 35, "greedy id 35");
+                float p = s.Confidence();
+                double want = 1 / (1 + Math.Exp(-0.47859019));
+                Assert(p > 0 && p < 1 && Math.Abs(p - want) <= 1e-4, $"confidence {p}, want {want}");
+                Throws(Status.ContextFull, () => s.Decode(35, logits));
+                Assert(s.Position == prompt.Length, "state unchanged after CONTEXT_FULL");
+            }
+            using (var s = m.NewState())
+            {
+                s.Prefill(prompt, null, null);
+                Assert(Argmax(s.Decode(35)) == 32, "greedy id 32");
+                s.Reset();
+                var r = s.Generate("Hello", new GenerateOptions { MaxTokens = 3 });
+                Assert(r.GeneratedTokens <= 3 && r.PromptTokens > 1 &&
+                       (r.StopReason == StopReason.MaxTokens || r.StopReason == StopReason.Eos), "generate");
+            }
+        }
+        using (var d2 = new Model(path, depth: 2)) Assert(d2.Info.NumLayers == 2, "depth 2 runs 2 layers");
+        Throws(Status.InvalidArgument, () => new Model(path, depth: 1));
+    }
 
     static KeyValuePair<string, Action> Case(string name, Action a) => new KeyValuePair<string, Action>(name, a);
 

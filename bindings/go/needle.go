@@ -120,6 +120,9 @@ var abiErr = CheckABI(ABIVersion)
 type LoadOptions struct {
 	NoMmap   bool // read the file into memory instead of mapping it
 	NThreads int  // worker threads for the model's kernels; 0 = all cores
+	// Depth is the Needle 3 depth-ladder rung: 0 = all layers, 2..NumLayers = that many layers;
+	// anything else is ErrInvalidArgument (Needle 2 accepts only 0).
+	Depth uint32
 }
 
 // ModelInfo is the geometry and special ids of a model.
@@ -129,6 +132,13 @@ type ModelInfo struct {
 	BOSID, EOSID, PadID, UnkID                                        uint32
 	HasTokenizer                                                      bool
 	WeightBytes, FileBytes                                            uint64
+	// Needle 3 (issue 8): OutVocab is the logits rows (every logits buffer holds that many
+	// floats; Needle 2: VocabSize); bit l of GlobalLayerMask: layer l (as run) attends globally.
+	OutVocab                              uint32
+	GlobalLayerMask                       uint64
+	QKVConvTaps                           uint32
+	HasConfidenceHead, HasContrastiveHead bool
+	NThreads                              uint32 // worker threads the states run with (clamped)
 }
 
 // Model is a loaded .cact container, immutable and safe for concurrent use.
@@ -154,7 +164,7 @@ func LoadWithOptions(path string, o LoadOptions) (*Model, error) {
 	var eb errBuf
 	var out *C.needle_model
 	var info C.needle_model_info
-	st := C.ngo_model_load_file(cpath, mmap, C.int32_t(o.NThreads), &out, &info, eb.ptr(), eb.size())
+	st := C.ngo_model_load_file(cpath, mmap, C.int32_t(o.NThreads), C.uint32_t(o.Depth), &out, &info, eb.ptr(), eb.size())
 	return newModel(out, &info, eb.check(st))
 }
 
@@ -170,7 +180,7 @@ func LoadMemory(data []byte, o LoadOptions) (*Model, error) {
 	var eb errBuf
 	var out *C.needle_model
 	var info C.needle_model_info
-	st := C.ngo_model_load_memory(p, C.size_t(len(data)), C.int32_t(o.NThreads), &out, &info,
+	st := C.ngo_model_load_memory(p, C.size_t(len(data)), C.int32_t(o.NThreads), C.uint32_t(o.Depth), &out, &info,
 		eb.ptr(), eb.size())
 	return newModel(out, &info, eb.check(st))
 }
@@ -188,7 +198,10 @@ func newModel(ptr *C.needle_model, i *C.needle_model_info, err error) (*Model, e
 		NumEngramSites: uint32(i.num_engram_sites), BOSID: uint32(i.bos_id),
 		EOSID: uint32(i.eos_id), PadID: uint32(i.pad_id), UnkID: uint32(i.unk_id),
 		HasTokenizer: i.has_tokenizer != 0, WeightBytes: uint64(i.weight_bytes),
-		FileBytes: uint64(i.file_bytes),
+		FileBytes: uint64(i.file_bytes), OutVocab: uint32(i.out_vocab),
+		GlobalLayerMask: uint64(i.global_layer_mask), QKVConvTaps: uint32(i.qkv_conv_taps),
+		HasConfidenceHead: i.has_confidence_head != 0, HasContrastiveHead: i.has_contrastive_head != 0,
+		NThreads: uint32(i.n_threads),
 	}}
 	runtime.SetFinalizer(m, (*Model).Close)
 	return m, nil
@@ -278,6 +291,12 @@ func (m *Model) NewStateWindow(kvWindow int32) (*State, error) {
 // NewStateOptions creates an empty sequence with a window (as NewStateWindow) and, if int8KV, an
 // int8 KV cache (about 3.8x smaller at head_dim 64; logits not bit-faithful: needle.h needle_kv_type).
 func (m *Model) NewStateOptions(kvWindow int32, int8KV bool) (*State, error) {
+	return m.NewStateMaxTokens(kvWindow, int8KV, 0)
+}
+
+// NewStateMaxTokens is NewStateOptions holding at most maxTokens positions (0 = MaxSeqLen): the
+// KV memory is sized for them at creation and feeding past them is ErrContextFull.
+func (m *Model) NewStateMaxTokens(kvWindow int32, int8KV bool, maxTokens uint32) (*State, error) {
 	if m.ptr == nil {
 		return nil, closedError("model")
 	}
@@ -287,13 +306,13 @@ func (m *Model) NewStateOptions(kvWindow int32, int8KV bool) (*State, error) {
 	}
 	var eb errBuf
 	var out *C.needle_state
-	st := C.ngo_state_create(m.ptr, C.int32_t(kvWindow), kvType, &out, eb.ptr(), eb.size())
+	st := C.ngo_state_create(m.ptr, C.int32_t(kvWindow), kvType, C.uint32_t(maxTokens), &out, eb.ptr(), eb.size())
 	runtime.KeepAlive(m)
 	if err := eb.check(st); err != nil {
 		return nil, err
 	}
-	// needle.h has no state -> model accessor: remember the logits size here.
-	s := &State{ptr: out, vocabSize: m.info.VocabSize}
+	// needle.h has no state -> model accessor: remember the logits size (OutVocab) here.
+	s := &State{ptr: out, vocabSize: m.info.OutVocab}
 	runtime.SetFinalizer(s, (*State).Close)
 	return s, nil
 }
@@ -516,6 +535,7 @@ type GenerateParams struct {
 // DefaultGenerateParams are the library's defaults (128 tokens, greedy, BOS).
 func DefaultGenerateParams() GenerateParams {
 	var p C.needle_generate_params
+	p.struct_size = C.uint32_t(unsafe.Sizeof(p)) // init writes only struct_size bytes
 	C.needle_generate_params_init(&p)
 	return GenerateParams{MaxTokens: uint32(p.max_tokens), Temperature: float32(p.temperature),
 		TopK: int32(p.top_k), TopP: float32(p.top_p), Seed: uint64(p.seed), AddBOS: p.add_bos != 0}
@@ -538,6 +558,7 @@ func (s *State) Generate(prompt string, p GenerateParams, batch *Batch,
 		return GenerateResult{}, closedError("state")
 	}
 	var cp C.needle_generate_params
+	cp.struct_size = C.uint32_t(unsafe.Sizeof(cp)) // init writes only struct_size bytes
 	C.needle_generate_params_init(&cp)
 	cp.max_tokens = C.uint32_t(p.MaxTokens)
 	cp.temperature = C.float(p.Temperature)

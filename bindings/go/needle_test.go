@@ -437,3 +437,93 @@ func TestHeadsAndPersistence(t *testing.T) {
 		t.Fatalf("pos %d after a refused load", l.Pos())
 	}
 }
+
+// ---------------------------------------------------------------- Needle 3 (issue 8)
+
+// readLE32 reads a little-endian file of 32-bit words.
+func readLE32(t *testing.T, path string) []uint32 {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]uint32, len(raw)/4)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(raw[4*i:])
+	}
+	return out
+}
+
+// TestNeedle3Tiny3: tiny3 (fixtures/v3 manifest case tiny3__chat__f32): info, greedy
+// continuation, depth ladder, max_tokens and the confidence head through the binding.
+func TestNeedle3Tiny3(t *testing.T) {
+	v3 := filepath.Join(fixtures(), "v3")
+	path := filepath.Join(v3, "models", "tiny3.cact")
+	m, err := Load(path)
+	if err != nil {
+		t.Fatalf("load tiny3.cact: %v", err)
+	}
+	defer m.Close()
+	if i := m.Info(); i.FormatVersion != 3 || i.OutVocab != 512 || !i.HasConfidenceHead {
+		t.Fatalf("info %+v", i)
+	}
+	prompt := readLE32(t, filepath.Join(v3, "refs", "tiny3__chat__f32.prompt.u32"))
+	ref := readLE32(t, filepath.Join(v3, "refs", "tiny3__chat__f32.prefill.f32"))
+
+	// Greedy: the manifest's first two generated ids; the state holds exactly the prompt.
+	s, err := m.NewStateMaxTokens(-1, false, uint32(len(prompt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	logits := make([]float32, s.VocabSize())
+	if len(logits) != 512 {
+		t.Fatalf("logits size %d", len(logits))
+	}
+	if err := s.Prefill(prompt, nil, logits); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range logits {
+		if d := math.Abs(float64(x - math.Float32frombits(ref[i]))); d > 2e-4 {
+			t.Fatalf("prefill row %d: |d| %g", i, d)
+		}
+	}
+	if a := argmax(logits); a != 35 {
+		t.Fatalf("greedy id %d, want 35", a)
+	}
+	p, err := s.Confidence()
+	want := 1 / (1 + math.Exp(-0.47859019))
+	if err != nil || p <= 0 || p >= 1 || math.Abs(float64(p)-want) > 1e-4 {
+		t.Fatalf("confidence %v (want %v), %v", p, want, err)
+	}
+	wantStatus(t, s.Decode(35, logits), ErrContextFull)
+	if s.Pos() != uint32(len(prompt)) {
+		t.Fatalf("pos %d after CONTEXT_FULL", s.Pos())
+	}
+	s2, err := m.NewState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s2.Prefill(prompt, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if next, err := s2.DecodeLogits(35); err != nil || argmax(next) != 32 {
+		t.Fatalf("second greedy id: %v", err)
+	}
+	s2.Reset()
+	gp := DefaultGenerateParams()
+	gp.MaxTokens = 3
+	r, err := s2.Generate("Hello", gp, nil, nil)
+	if err != nil || r.GeneratedTokens > 3 || r.PromptTokens < 2 ||
+		(r.StopReason != StopMaxTokens && r.StopReason != StopEOS) {
+		t.Fatalf("generate %+v, %v", r, err)
+	}
+
+	d2, err := LoadWithOptions(path, LoadOptions{Depth: 2})
+	if err != nil || d2.Info().NumLayers != 2 {
+		t.Fatalf("depth 2: %v", err)
+	}
+	d2.Close()
+	_, err = LoadWithOptions(path, LoadOptions{Depth: 1})
+	wantStatus(t, err, ErrInvalidArgument)
+}

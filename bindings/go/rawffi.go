@@ -18,7 +18,7 @@ func rawDecode(m *Model, token uint32) ([]float32, int32) {
 		return nil, int32(st)
 	}
 	defer C.needle_state_free(s)
-	logits := make([]float32, m.info.VocabSize)
+	logits := make([]float32, m.info.OutVocab)
 	st := C.needle_state_decode(s, C.uint32_t(token), (*C.float)(&logits[0]), C.size_t(len(logits)))
 	return logits, int32(st)
 }

@@ -28,29 +28,39 @@ static needle_status with_info(needle_status st, needle_model **out, needle_mode
     return keep(st, err, cap);
 }
 
+/* struct_size first in every params struct: needle_*_params_init writes only the caller's
+ * struct_size bytes. */
 needle_status ngo_model_load_file(const char *path, int32_t use_mmap, int32_t n_threads,
-                                  needle_model **out, needle_model_info *info, char *err, size_t cap) {
+                                  uint32_t depth, needle_model **out, needle_model_info *info,
+                                  char *err, size_t cap) {
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.use_mmap = use_mmap;
     p.n_threads = n_threads;
+    p.depth = depth;
     return with_info(needle_model_load_file(path, &p, out), out, info, err, cap);
 }
 
 needle_status ngo_model_load_memory(const void *data, size_t size, int32_t n_threads,
-                                    needle_model **out, needle_model_info *info, char *err, size_t cap) {
+                                    uint32_t depth, needle_model **out, needle_model_info *info,
+                                    char *err, size_t cap) {
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.n_threads = n_threads;
+    p.depth = depth;
     return with_info(needle_model_load_memory(data, size, &p, out), out, info, err, cap);
 }
 
-needle_status ngo_state_create(needle_model *m, int32_t kv_window, int32_t kv_type, needle_state **out,
-                               char *err, size_t cap) {
+needle_status ngo_state_create(needle_model *m, int32_t kv_window, int32_t kv_type, uint32_t max_tokens,
+                               needle_state **out, char *err, size_t cap) {
     needle_state_params p;
+    p.struct_size = sizeof p;
     needle_state_params_init(&p);
     p.kv_window = kv_window;
     p.kv_type = kv_type;
+    p.max_tokens = max_tokens;
     return keep(needle_state_create_ex(m, &p, out), err, cap);
 }
 

@@ -72,7 +72,8 @@ class _ModelInfo(ctypes.Structure):
         "num_engram_sites", "bos_id", "eos_id", "pad_id", "unk_id", "has_tokenizer")] + [
         ("weight_bytes", ctypes.c_uint64), ("file_bytes", ctypes.c_uint64),
         ("out_vocab", ctypes.c_uint32), ("global_layer_mask", ctypes.c_uint64)] + [
-        (name, ctypes.c_uint32) for name in ("qkv_conv_taps", "has_confidence_head", "has_contrastive_head")]
+        (name, ctypes.c_uint32) for name in ("qkv_conv_taps", "has_confidence_head", "has_contrastive_head",
+                                             "n_threads")]
 
 
 class _GenerateParams(ctypes.Structure):
@@ -332,7 +333,7 @@ class Model(_Handle):
 
     @staticmethod
     def _params(use_mmap, n_threads, depth=0):
-        p = _ModelParams()
+        p = _ModelParams(struct_size=ctypes.sizeof(_ModelParams))  # init writes only struct_size bytes
         lib.needle_model_params_init(ctypes.byref(p))
         p.use_mmap, p.n_threads, p.depth = int(bool(use_mmap)), int(n_threads), int(depth)
         return p
@@ -420,7 +421,7 @@ class State(_Handle):
         KV cache (3.8x smaller at head_dim 64, logits not bit-faithful; needle.h needle_kv_type).
         max_tokens: positions the state can hold (0 = max_seq_len); its memory is sized for them."""
         super().__init__(None)
-        p = _StateParams()
+        p = _StateParams(struct_size=ctypes.sizeof(_StateParams))  # init writes only struct_size bytes
         lib.needle_state_params_init(ctypes.byref(p))
         p.kv_window = kv_window
         p.kv_type = 1 if int8_kv else 0
@@ -513,7 +514,7 @@ class State(_Handle):
         NO_TOKEN for a final U+FFFD flush); a truthy return stops generation, which is not an
         error (stop_reason STOP_CALLBACK). An exception in the callback stops generation and is
         re-raised here. Returns a GenerateResult."""
-        p = _GenerateParams()
+        p = _GenerateParams(struct_size=ctypes.sizeof(_GenerateParams))  # init writes only struct_size bytes
         lib.needle_generate_params_init(ctypes.byref(p))
         p.max_tokens, p.temperature, p.top_k = max_tokens, temperature, top_k
         p.top_p, p.seed, p.add_bos = top_p, seed, int(bool(add_bos))
@@ -560,7 +561,7 @@ class Chat(_Handle):
         super().__init__(None)
         if tool_choice not in TOOL_CHOICES:
             raise ValueError("tool_choice must be one of %s" % sorted(TOOL_CHOICES))
-        p = _ChatParams()
+        p = _ChatParams(struct_size=ctypes.sizeof(_ChatParams))  # init writes only struct_size bytes
         lib.needle_chat_params_init(ctypes.byref(p))
         p.tool_choice = TOOL_CHOICES[tool_choice]
         tools_json = tools if isinstance(tools, str) else json.dumps(tools)

@@ -161,19 +161,27 @@ pub struct LoadOptions {
     pub use_mmap: bool,
     /// Worker threads for the model's kernels; 0 (default) = all cores.
     pub n_threads: u32,
+    /// Needle 3 depth-ladder rung: 0 (default) = all layers, 2..num_layers = that many layers;
+    /// anything else is `Status::InvalidArgument` (Needle 2 accepts only 0).
+    pub depth: u32,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { use_mmap: true, n_threads: 0 }
+        LoadOptions { use_mmap: true, n_threads: 0, depth: 0 }
     }
 }
 
 impl LoadOptions {
     fn raw(&self) -> Result<sys::needle_model_params> {
-        let mut p = sys::needle_model_params::default();
+        // struct_size first: needle_*_params_init writes only the caller's struct_size bytes.
+        let mut p = sys::needle_model_params {
+            struct_size: std::mem::size_of::<sys::needle_model_params>() as u32,
+            ..Default::default()
+        };
         unsafe { sys::needle_model_params_init(&mut p) };
         p.use_mmap = self.use_mmap as i32;
+        p.depth = self.depth;
         p.n_threads = i32::try_from(self.n_threads).map_err(|_| invalid("n_threads is too large"))?;
         Ok(p)
     }
@@ -201,6 +209,18 @@ pub struct ModelInfo {
     pub has_tokenizer: bool,
     pub weight_bytes: u64,
     pub file_bytes: u64,
+    /// Logits rows: every logits buffer holds this many floats (Needle 2: vocab_size).
+    pub out_vocab: u32,
+    /// Bit l set: layer l (as run, after the depth ladder) attends globally; Needle 2: 0.
+    pub global_layer_mask: u64,
+    /// Taps of the causal Q/K/V conv (Needle 3), 0 = none.
+    pub qkv_conv_taps: u32,
+    /// `State::confidence` is supported.
+    pub has_confidence_head: bool,
+    /// `State::embedding` is supported.
+    pub has_contrastive_head: bool,
+    /// Worker threads the model's states run with (n_threads as clamped).
+    pub n_threads: u32,
 }
 
 /// A loaded `.cact` container. Immutable and thread-safe.
@@ -344,6 +364,12 @@ impl From<&sys::needle_model_info> for ModelInfo {
             has_tokenizer: i.has_tokenizer != 0,
             weight_bytes: i.weight_bytes,
             file_bytes: i.file_bytes,
+            out_vocab: i.out_vocab,
+            global_layer_mask: i.global_layer_mask,
+            qkv_conv_taps: i.qkv_conv_taps,
+            has_confidence_head: i.has_confidence_head != 0,
+            has_contrastive_head: i.has_contrastive_head != 0,
+            n_threads: i.n_threads,
         }
     }
 }
@@ -492,22 +518,33 @@ impl State {
     /// Creates an empty sequence with a window (as `with_kv_window`) and, if `int8_kv`, an int8
     /// KV cache (3.8x smaller at head_dim 64, not bit-faithful: see needle.h `needle_kv_type`).
     pub fn with_options(model: &Model, kv_window: i32, int8_kv: bool) -> Result<State> {
-        let mut p = sys::needle_state_params::default();
+        State::with_max_tokens(model, kv_window, int8_kv, 0)
+    }
+
+    /// As `with_options`, holding at most `max_tokens` positions (0 = max_seq_len): the KV memory
+    /// is sized for them at creation and feeding past them is `Status::ContextFull`.
+    pub fn with_max_tokens(model: &Model, kv_window: i32, int8_kv: bool, max_tokens: u32) -> Result<State> {
+        // struct_size first: needle_*_params_init writes only the caller's struct_size bytes.
+        let mut p = sys::needle_state_params {
+            struct_size: std::mem::size_of::<sys::needle_state_params>() as u32,
+            ..Default::default()
+        };
         unsafe { sys::needle_state_params_init(&mut p) };
         p.kv_window = kv_window;
         p.kv_type = if int8_kv { sys::NEEDLE_KV_INT8 } else { sys::NEEDLE_KV_F32 };
+        p.max_tokens = max_tokens;
         let mut out = ptr::null_mut();
         check(unsafe { sys::needle_state_create_ex(model.as_ptr(), &p, &mut out) })?;
         let raw = NonNull::new(out).ok_or_else(|| invalid("state_create returned no state"))?;
-        // needle.h has no state -> model accessor: remember the logits size here.
-        Ok(State { raw, vocab_size: model.info().vocab_size })
+        // needle.h has no state -> model accessor: remember the logits size (out_vocab) here.
+        Ok(State { raw, vocab_size: model.info().out_vocab })
     }
 
     pub fn as_ptr(&self) -> *mut sys::needle_state {
         self.raw.as_ptr()
     }
 
-    /// Floats a logits buffer needs (the model's vocab_size).
+    /// Floats a logits buffer needs (the model's out_vocab, needle.h; Needle 2: vocab_size).
     pub fn vocab_size(&self) -> usize {
         self.vocab_size as usize
     }
@@ -522,7 +559,7 @@ impl State {
         unsafe { sys::needle_state_reset(self.raw.as_ptr()) }
     }
 
-    /// Feeds one token. `logits` receives the next-token logits (at least vocab_size floats);
+    /// Feeds one token. `logits` receives the next-token logits (at least out_vocab floats);
     /// an empty slice skips the LM head.
     pub fn decode(&mut self, token: u32, logits: &mut [f32]) -> Result<()> {
         let (p, n) = out_buf(logits);
@@ -602,7 +639,10 @@ impl State {
     where
         F: FnMut(u32, &str) -> bool,
     {
-        let mut p = sys::needle_generate_params::default();
+        let mut p = sys::needle_generate_params {
+            struct_size: std::mem::size_of::<sys::needle_generate_params>() as u32,
+            ..Default::default()
+        };
         unsafe { sys::needle_generate_params_init(&mut p) };
         p.max_tokens = params.max_tokens;
         p.temperature = params.temperature;

@@ -74,6 +74,16 @@ pub struct needle_model_info {
     pub has_tokenizer: u32,
     pub weight_bytes: u64,
     pub file_bytes: u64,
+    // ---- added by issue 8 (Needle 3)
+    /// Logits rows: every logits buffer holds this many floats.
+    pub out_vocab: u32,
+    /// Bit l set: layer l (as run) attends globally.
+    pub global_layer_mask: u64,
+    pub qkv_conv_taps: u32,
+    pub has_confidence_head: u32,
+    pub has_contrastive_head: u32,
+    /// Worker threads the model's states run with (issue 13).
+    pub n_threads: u32,
 }
 
 #[repr(C)]

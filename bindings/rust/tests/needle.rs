@@ -280,3 +280,64 @@ fn heads_and_persistence() {
     assert_eq!(l.load(&blob).unwrap_err().status, Status::Format);
     assert_eq!(l.pos(), 2);
 }
+
+// ------------------------------------------------------------------ Needle 3 (issue 8)
+
+fn read_le<T>(path: PathBuf, f: fn([u8; 4]) -> T) -> Vec<T> {
+    let bytes = std::fs::read(path).unwrap();
+    bytes.chunks_exact(4).map(|c| f([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// tiny3 (fixtures/v3 manifest case tiny3__chat__f32): info, greedy continuation, depth ladder,
+/// max_tokens and the confidence head through the binding.
+#[test]
+fn needle3_tiny3() {
+    let v3 = fixtures().join("v3");
+    let path = v3.join("models/tiny3.cact");
+    let m = Model::load(&path).expect("load tiny3.cact");
+    let info = *m.info();
+    assert_eq!((info.format_version, info.out_vocab, info.has_confidence_head), (3, 512, true));
+    let prompt = read_le(v3.join("refs/tiny3__chat__f32.prompt.u32"), u32::from_le_bytes);
+    let reference = read_le(v3.join("refs/tiny3__chat__f32.prefill.f32"), f32::from_le_bytes);
+    assert_eq!(prompt.len(), 28);
+
+    // Greedy: the manifest's first two generated ids; the state holds exactly the prompt.
+    let mut s = State::with_max_tokens(&m, -1, false, prompt.len() as u32).unwrap();
+    assert_eq!(s.vocab_size(), 512);
+    let mut logits = vec![0f32; s.vocab_size()];
+    s.prefill(&prompt, None, &mut logits).unwrap();
+    let worst = logits.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst <= 2e-4, "prefill max |d| {worst}");
+    assert_eq!(argmax(&logits), 35);
+    let p = s.confidence().unwrap();
+    assert!(p > 0.0 && p < 1.0);
+    assert!((p - 1.0 / (1.0 + (-0.478_590_19f32).exp())).abs() <= 1e-4, "confidence {p}");
+    assert_eq!(s.decode(35, &mut logits).unwrap_err().status, Status::ContextFull);
+    assert_eq!(s.pos(), 28);
+    let mut s = State::new(&m).unwrap();
+    s.prefill(&prompt, None, &mut []).unwrap();
+    assert_eq!(argmax(&s.decode_logits(35).unwrap()), 32);
+
+    let params = GenerateParams { max_tokens: 3, ..Default::default() };
+    let mut s = State::new(&m).unwrap();
+    let r = s.generate("Hello", &params, None, |_, _| false).unwrap();
+    assert!(r.generated_tokens <= 3 && r.prompt_tokens > 1);
+    assert!(matches!(r.stop_reason, StopReason::MaxTokens | StopReason::Eos));
+
+    let depth = |d| Model::load_with(&path, &needle::LoadOptions { depth: d, ..Default::default() });
+    assert_eq!(depth(2).unwrap().info().num_layers, 2);
+    assert_eq!(depth(1).unwrap_err().status, Status::InvalidArgument);
+}
+
+/// The `#[repr(C)]` mirrors have needle.h's sizes and offsets (x86-64 / arm64 LP64).
+#[test]
+fn struct_layouts_match_needle_h() {
+    use std::mem::{offset_of, size_of};
+    assert_eq!(size_of::<sys::needle_model_params>(), 16);
+    assert_eq!(size_of::<sys::needle_state_params>(), 16);
+    assert_eq!(size_of::<sys::needle_generate_params>(), 40);
+    assert_eq!(size_of::<sys::needle_model_info>(), 120);
+    assert_eq!(offset_of!(sys::needle_model_info, out_vocab), 88);
+    assert_eq!(offset_of!(sys::needle_model_info, global_layer_mask), 96);
+    assert_eq!(offset_of!(sys::needle_model_info, n_threads), 116);
+}
