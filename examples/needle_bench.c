@@ -176,6 +176,7 @@ int main(int argc, char **argv) {
     if (isa) setenv("NEEDLE_FORCE_ISA", isa, 1); /* read at the library's first kernel call */
 
     needle_model_params mp;
+    mp.struct_size = sizeof mp;
     needle_model_params_init(&mp);
     mp.n_threads = threads > INT32_MAX ? INT32_MAX : (int32_t)threads;  /* the library clamps it */
     mp.depth = depth > UINT32_MAX ? UINT32_MAX : (uint32_t)depth;      /* Needle 3 ladder rung */
@@ -220,6 +221,7 @@ int main(int argc, char **argv) {
     for (long r = 0; r < runs; ++r) {
         needle_state *s = NULL;
         needle_state_params sp;
+        sp.struct_size = sizeof sp;
         needle_state_params_init(&sp);
         sp.kv_type = strcmp(kv, "int8") ? NEEDLE_KV_F32 : NEEDLE_KV_INT8;
         sp.max_tokens = (uint32_t)(max_tokens >= 0 ? max_tokens : prompt_n + decode_n);

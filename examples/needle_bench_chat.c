@@ -46,6 +46,7 @@ int bench_chat(needle_model *model, int runs, int json) {
         double best = 1e30;
         for (int r = 0; r < runs; ++r) {
             needle_chat_params cp;
+            cp.struct_size = sizeof cp;
             needle_chat_params_init(&cp);
             cp.tool_choice = NEEDLE_TOOL_CHOICE_REQUIRED;
             needle_chat *chat = NULL;

@@ -67,9 +67,11 @@ int main(int argc, char **argv) {
     int tool_choice = NEEDLE_TOOL_CHOICE_AUTO, max_set = 0;
     const char *prompt = NULL;
     needle_generate_params gp;
+    gp.struct_size = sizeof gp;
     needle_generate_params_init(&gp);
     gp.max_tokens = 64;
     needle_model_params mp;
+    mp.struct_size = sizeof mp;
     needle_model_params_init(&mp);
 
     for (int i = 1; i < argc; ++i) {

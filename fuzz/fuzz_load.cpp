@@ -79,6 +79,7 @@ void run_model(needle_model *m) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.n_threads = 1;  // no worker threads: faster and deterministic executions
     needle_model *m = reinterpret_cast<needle_model *>(uintptr_t(1));

@@ -26,6 +26,7 @@ struct Fixture {
         g.vocab_size = kVocab;
         const std::vector<uint8_t> file = needle::writer::write_cact_v2(g, 1);
         needle_model_params p;
+        p.struct_size = sizeof p;
         needle_model_params_init(&p);
         p.n_threads = 1;
         if (needle_model_load_memory(file.data(), file.size(), &p, &model) != NEEDLE_OK)

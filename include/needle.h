@@ -117,9 +117,19 @@ typedef struct needle_batch needle_batch;
 
 /* ---------------------------------------------------------------- model */
 
-/** Load options. Always initialise with needle_model_params_init(), then change fields. */
+/* Params structs (needle_model_params, needle_state_params, needle_generate_params,
+ * needle_chat_params) grow only at the end. The caller sets `struct_size = sizeof` FIRST, then
+ * calls needle_*_params_init, which fills the defaults of the fields lying wholly within
+ * struct_size and writes nothing past it (nor struct_size itself): a program built against an
+ * older, shorter struct never has a newer library write beyond it. A struct_size below the
+ * struct's first layout is ignored by init (nothing written) and refused with
+ * NEEDLE_E_INVALID_ARGUMENT by the call taking the struct, which reads fields up to struct_size
+ * (later ones keep their defaults). */
+
+/** Load options. Set struct_size, then needle_model_params_init(), then change fields. */
 typedef struct needle_model_params {
-    uint32_t struct_size; /* sizeof(needle_model_params), set by needle_model_params_init */
+    uint32_t struct_size; /* set by the caller to sizeof(needle_model_params) before init; the
+                             first layout ended after n_threads (12 bytes) */
     int32_t use_mmap;     /* 1 (default): map the file read-only; 0: read it into memory */
     int32_t n_threads;    /* worker threads for this model's kernels; 0 (default) = all cores.
                              Above the cores this process may use (CPU affinity), or above a
@@ -133,7 +143,8 @@ typedef struct needle_model_params {
                              that ends before it means 0 */
 } needle_model_params;
 
-/** Fills `p` with defaults (use_mmap 1, n_threads 0, depth 0). NULL is ignored. Any thread. */
+/** Fills `p` with defaults (use_mmap 1, n_threads 0, depth 0), only the fields within the
+ *  caller's p->struct_size (set it first); struct_size < 12 or NULL is ignored. Any thread. */
 NEEDLE_API void needle_model_params_init(needle_model_params *p);
 
 /** Loads a .cact container from a file and validates all of it: Needle 2 (tag 0x05E12A83,
@@ -212,9 +223,10 @@ typedef enum needle_kv_type {
                            measured error) */
 } needle_kv_type;
 
-/** Options of needle_state_create_ex. Initialise with needle_state_params_init(). */
+/** Options of needle_state_create_ex. Set struct_size, then needle_state_params_init(). */
 typedef struct needle_state_params {
-    uint32_t struct_size;
+    uint32_t struct_size; /* sizeof(needle_state_params), set by the caller before init; the first
+                             layout ended after kv_window (8 bytes) */
     int32_t kv_window; /* -1 (default): the model's window; 0: full causal attention over the
                           whole sequence (ring of max_seq_len positions, as upstream's reference
                           runs with window 0); > 0: this window in tokens */
@@ -226,7 +238,8 @@ typedef struct needle_state_params {
                             state unchanged. Added after kv_type (shorter struct_size: 0) */
 } needle_state_params;
 
-/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32, max_tokens 0). NULL is ignored. */
+/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32, max_tokens 0), only the fields
+ *  within the caller's p->struct_size (set it first); struct_size < 8 or NULL is ignored. */
 NEEDLE_API void needle_state_params_init(needle_state_params *p);
 
 /** needle_state_create with options (`p` NULL = defaults). */
@@ -309,9 +322,10 @@ NEEDLE_API needle_status needle_model_detokenize(const needle_model *model, cons
 #define NEEDLE_STOP_CONTEXT_FULL 3 /* the sequence reached max_seq_len */
 #define NEEDLE_STOP_CALLBACK 4     /* the callback returned non-zero */
 
-/** Generation options. Initialise with needle_generate_params_init(). */
+/** Generation options. Set struct_size, then needle_generate_params_init(). */
 typedef struct needle_generate_params {
-    uint32_t struct_size;
+    uint32_t struct_size; /* sizeof(needle_generate_params), set by the caller before init; one
+                             layout so far (needle_generate refuses a smaller struct_size) */
     uint32_t max_tokens; /* generated-token budget (default 128) */
     float temperature;   /* 0 (default) = greedy argmax, ties to the lowest id;
                             > 0 samples softmax(logits / temperature) */
@@ -321,7 +335,8 @@ typedef struct needle_generate_params {
     int32_t add_bos;     /* 1 (default): prepend BOS when the state is at position 0 */
 } needle_generate_params;
 
-/** Fills `p` with defaults. NULL is ignored. */
+/** Fills `p` with defaults when the caller's p->struct_size (set it first) covers the struct;
+ *  a smaller struct_size, or NULL, is ignored. */
 NEEDLE_API void needle_generate_params_init(needle_generate_params *p);
 
 /** Token id passed to the callback for the final flush (see needle_token_callback). */
@@ -416,10 +431,11 @@ typedef struct needle_chat needle_chat;
                                          answer [] so an agent loop can finish) */
 #define NEEDLE_TOOL_CHOICE_NONE 2     /* no call: <tool_call> is masked; type "respond" */
 
-/** Options of needle_chat_create. Initialise with needle_chat_params_init(); fields are read up
- *  to struct_size (later fields keep their defaults for a shorter struct). */
+/** Options of needle_chat_create. Set struct_size, then needle_chat_params_init(); fields are
+ *  read up to struct_size (later fields keep their defaults for a shorter struct). */
 typedef struct needle_chat_params {
-    uint32_t struct_size;
+    uint32_t struct_size;     /* sizeof(needle_chat_params), set by the caller before init; the
+                                 first layout ended after stop_needs_call (24 bytes) */
     int32_t tool_choice;      /* NEEDLE_TOOL_CHOICE_*, default AUTO */
     int32_t kv_type;          /* needle_kv_type of the conversation's state, default F32 */
     int32_t grammar;          /* 1 (default): constrained decoding inside <tool_call> (§6);
@@ -430,10 +446,12 @@ typedef struct needle_chat_params {
                                  has closed (§6.3 switch) */
     int32_t sinks;            /* 1 (default): the static prefix stays visible as KV sinks however
                                  long the conversation (§10.3); 0: plain window (upstream's
-                                 public reference) */
+                                 public reference). Added after the first layout: a
+                                 struct_size that ends before it means 1 */
 } needle_chat_params;
 
-/** Fills `p` with defaults. NULL is ignored. */
+/** Fills `p` with defaults, only the fields within the caller's p->struct_size (set it first);
+ *  struct_size < 24 or NULL is ignored. */
 NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
 
 /** Starts a conversation. `system` (NULL = "") is inserted raw in the system turn (omitted when

@@ -23,6 +23,7 @@ static int count_tokens(uint32_t token, const char *text, size_t len, void *user
 
 static int run(const char *path, int32_t n_threads, uint32_t expect) {
     needle_model_params mp;
+    mp.struct_size = sizeof mp;
     needle_model_params_init(&mp);
     mp.n_threads = n_threads;
     needle_model *m = NULL;
@@ -44,6 +45,7 @@ static int run(const char *path, int32_t n_threads, uint32_t expect) {
     if (needle_state_decode(s, prompt[3], logits, info.vocab_size) != NEEDLE_OK) return 17;
     if (needle_state_pos(s) != 21) return 18;
     needle_generate_params gp;
+    gp.struct_size = sizeof gp;
     needle_generate_params_init(&gp);
     gp.max_tokens = 4;
     int streamed = 0;

@@ -152,6 +152,7 @@ TEST_CASE("api: needle_last_error is per thread and unchanged by successful call
     CHECK(needle_model_load_file(model_path("odd").c_str(), nullptr, &m2) == NEEDLE_OK);
     needle_model_free(m2);
     needle_generate_params gp;
+    gp.struct_size = sizeof gp;
     needle_generate_params_init(&gp);
     gp.max_tokens = 2;
     CHECK(needle_generate(s.get(), nullptr, "x", 1, &gp, nullptr, nullptr, nullptr) == NEEDLE_OK);
@@ -189,6 +190,7 @@ TEST_CASE("api: NULL handles and out-pointers on every entry point") {
     CHECK(mo == nullptr);
     EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_model_load_memory(tok, sizeof tok, nullptr, nullptr), "out");
     needle_model_params mp;
+    mp.struct_size = sizeof mp;
     needle_model_params_init(&mp);
     CHECK(mp.struct_size == sizeof mp);
     CHECK(mp.use_mmap == 1);
@@ -448,6 +450,7 @@ TEST_CASE("api: batch and state creation arguments") {
     Batch one = new_batch(m.get(), 1);
 
     needle_state_params sp;
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     CHECK(sp.struct_size == sizeof sp);
     CHECK(sp.kv_window == -1);
@@ -459,6 +462,7 @@ TEST_CASE("api: batch and state creation arguments") {
         EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_state_create_ex(m.get(), &sp, &s), "kv_window");
         CHECK(s == nullptr);
     }
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     sp.struct_size = 2;
     s = kSentinelState;
@@ -472,6 +476,7 @@ TEST_CASE("api: batch and state creation arguments") {
     std::vector<std::vector<float>> runs;
     for (int variant = 0; variant < 4; ++variant) {
         needle_state *st = nullptr;
+        sp.struct_size = sizeof sp;
         needle_state_params_init(&sp);
         if (variant == 0) REQUIRE(needle_state_create(m.get(), &st) == NEEDLE_OK);
         if (variant == 1) REQUIRE(needle_state_create_ex(m.get(), nullptr, &st) == NEEDLE_OK);
@@ -520,6 +525,7 @@ TEST_CASE("api: CONTEXT_FULL at max_seq_len; the state stays valid and resets") 
                     std::to_string(T).c_str());
         CHECK(needle_state_prefill(s.get(), nullptr, nullptr, 0, nullptr, 0) == NEEDLE_OK);
         needle_generate_params gp;
+        gp.struct_size = sizeof gp;
         needle_generate_params_init(&gp);
         EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_generate(s.get(), nullptr, "Hi", 2, &gp, nullptr, nullptr, nullptr),
                     std::to_string(T).c_str());
@@ -655,6 +661,7 @@ TEST_CASE("api: load from memory, from a copied file and with or without mmap gi
     for (int mmap : {0, 1}) {
         CAPTURE(mmap);
         needle_model_params p;
+        p.struct_size = sizeof p;
         needle_model_params_init(&p);
         p.use_mmap = mmap;
         Model o = load(path, &p);
@@ -662,6 +669,7 @@ TEST_CASE("api: load from memory, from a copied file and with or without mmap gi
     }
     {
         needle_model_params p;
+        p.struct_size = sizeof p;
         needle_model_params_init(&p);
         p.n_threads = 1;
         Model o = load(path, &p);
@@ -688,6 +696,7 @@ TEST_CASE("api: loading errors: IO, FORMAT and UNSUPPORTED with specific message
     CHECK(m == nullptr);
     for (int mmap : {0, 1}) {
         needle_model_params p;
+        p.struct_size = sizeof p;
         needle_model_params_init(&p);
         p.use_mmap = mmap;
         m = kSentinelModel;
@@ -765,6 +774,7 @@ TEST_CASE("api: handles may be freed in any order") {
         CHECK(same_bits(prefill(s, nullptr, second, V), want[1]));
         for (int i = 0; i < 4; ++i) CHECK(same_bits(step(s, argmax(want[size_t(i) + 1]), V), want[size_t(i) + 2]));
         needle_generate_params gp;
+        gp.struct_size = sizeof gp;
         needle_generate_params_init(&gp);
         gp.max_tokens = 3;
         needle_state_reset(s);
@@ -927,6 +937,7 @@ TEST_CASE("api: state_create_ex kv_window: -1 is the model's, 0 full causal, >= 
 
     auto run = [&](int32_t w, std::vector<std::vector<float>> &rows) {
         needle_state_params p;
+        p.struct_size = sizeof p;
         needle_state_params_init(&p);
         p.kv_window = w;
         needle_state *s = nullptr;

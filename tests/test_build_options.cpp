@@ -30,6 +30,7 @@ uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
 // the worker split) and 8 greedy decode steps, on a model loaded with n_threads.
 uint64_t logits_digest(const std::string &name, int n_threads) {
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.n_threads = n_threads;
     Model m = load(model_path(name), &p);

@@ -37,6 +37,7 @@ Model &tiny() {
 
 needle_chat_params params(int32_t tool_choice = NEEDLE_TOOL_CHOICE_AUTO) {
     needle_chat_params p;
+    p.struct_size = sizeof p;
     needle_chat_params_init(&p);
     p.tool_choice = tool_choice;
     return p;

@@ -152,6 +152,7 @@ std::string exercise(needle_model *m, bool light) {
     if (needle_state_create(m, &g) != NEEDLE_OK) return "state for generate: " + status_text(st);
     std::unique_ptr<needle_state, void (*)(needle_state *)> gh(g, needle_state_free);
     needle_generate_params gp;
+    gp.struct_size = sizeof gp;
     needle_generate_params_init(&gp);
     gp.max_tokens = 3;
     gp.temperature = 0.8f;

@@ -81,6 +81,7 @@ bool corrupt(const std::vector<uint8_t> &good, const std::string &name, std::vec
 std::string run(needle_model *m) {
     const needle_model_info info = info_of(m);
     needle_state_params sp;
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     sp.max_tokens = 64;
     needle_state *raw = nullptr;

@@ -184,6 +184,7 @@ using api_test::State;
 
 Model load(const std::string &name, int n_threads = 0) {
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.n_threads = n_threads;
     needle_model *m = nullptr;
@@ -197,6 +198,7 @@ Model load(const std::string &name, int n_threads = 0) {
 
 State new_state(needle_model *m, int32_t kv_window = -1) {
     needle_state_params p;
+    p.struct_size = sizeof p;
     needle_state_params_init(&p);
     p.kv_window = kv_window;
     needle_state *s = nullptr;

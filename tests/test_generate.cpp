@@ -118,6 +118,7 @@ void check_no_generation(const needle_generate_result &r) {
 
 needle_generate_params sampling(uint64_t seed, uint32_t max_tokens) {
     needle_generate_params p;
+    p.struct_size = sizeof p;
     needle_generate_params_init(&p);
     p.temperature = 0.8f;
     p.top_k = 40;
@@ -129,6 +130,7 @@ needle_generate_params sampling(uint64_t seed, uint32_t max_tokens) {
 
 needle_generate_params greedy(uint32_t max_tokens) {
     needle_generate_params p;
+    p.struct_size = sizeof p;
     needle_generate_params_init(&p);
     p.max_tokens = max_tokens;
     return p;
@@ -288,6 +290,7 @@ void check_pieces(needle_model *m) {
     for (uint64_t seed = 1; seed <= 6; ++seed) {
         CAPTURE(seed);
         needle_generate_params p;
+        p.struct_size = sizeof p;
         needle_generate_params_init(&p);
         p.temperature = 1.5f;
         p.seed = seed;

@@ -86,6 +86,7 @@ int64_t effective(int64_t requested) {
 
 needle_model_info info_with_threads(const std::string &path, int32_t n_threads) {
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.n_threads = n_threads;
     Model m = load(path, &p);
@@ -139,6 +140,7 @@ TEST_CASE("hardening: needle_model_info.n_threads reports the clamped count") {
     }
     EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, [] {
         needle_model_params p;
+        p.struct_size = sizeof p;
         needle_model_params_init(&p);
         p.n_threads = -1;
         needle_model *m = nullptr;
@@ -199,6 +201,7 @@ TEST_CASE("hardening: calls on a state from its own needle_generate callback are
     const needle_model_info info = info_of(m.get());
     State s = new_state(m.get()), other = new_state(m.get()), ref = new_state(m.get());
     needle_generate_params gp;
+    gp.struct_size = sizeof gp;
     needle_generate_params_init(&gp);
     gp.max_tokens = 6;
     needle_generate_result res;

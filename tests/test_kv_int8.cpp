@@ -17,6 +17,7 @@ namespace {
 
 State new_state_kv(needle_model *m, int32_t kv_type, int32_t kv_window = -1) {
     needle_state_params sp;
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     sp.kv_type = kv_type;
     sp.kv_window = kv_window;
@@ -117,6 +118,7 @@ TEST_CASE("kv int8: kv_type is validated, and the first params layout means f32"
     Model m = load(model_path("tiny"));
     const size_t V = info_of(m.get()).vocab_size;
     needle_state_params sp;
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     CHECK(sp.kv_type == NEEDLE_KV_F32);
     for (int32_t bad : {-1, 2, 1000}) {
@@ -135,6 +137,7 @@ TEST_CASE("kv int8: kv_type is validated, and the first params layout means f32"
     CHECK_FALSE(same_bits(b, c));
     for (uint32_t size = 8; size < 12; ++size) {
         CAPTURE(size);
+        sp.struct_size = sizeof sp;
         needle_state_params_init(&sp);
         sp.kv_type = NEEDLE_KV_INT8;
         sp.struct_size = size;

@@ -42,6 +42,7 @@ struct Worst {
 // Loads model `name` at `depth` (0 = full).
 Model load_v3(const std::string &name, uint32_t depth) {
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.depth = depth;
     return load(fixtures::v3("models/" + name + ".cact"), &p);
@@ -49,6 +50,7 @@ Model load_v3(const std::string &name, uint32_t depth) {
 
 State new_state_kv(needle_model *m, const std::string &kv, uint32_t max_tokens = 0) {
     needle_state_params sp;
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     sp.kv_type = kv == "int8" ? NEEDLE_KV_INT8 : NEEDLE_KV_F32;
     sp.max_tokens = max_tokens;

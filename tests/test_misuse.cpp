@@ -100,6 +100,7 @@ TEST_CASE("misuse: lengths at SIZE_MAX are rejected before the caller's buffer i
     CHECK(needle_state_pos(s.get()) == 3);
     needle_state_reset(s.get());
     needle_generate_params gp;
+    gp.struct_size = sizeof gp;
     needle_generate_params_init(&gp);
     gp.max_tokens = UINT32_MAX;
     gp.temperature = 1.0f;  // sampled: EOS may still end it first, which is also a clean stop
@@ -141,6 +142,7 @@ TEST_CASE("misuse: a full-size batch fills the sequence to exactly max_seq_len")
         EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_state_prefill(s.get(), b.get(), ids.data(), 1, nullptr, 0),
                     std::to_string(T).c_str());
         needle_generate_params gp;
+        gp.struct_size = sizeof gp;
         needle_generate_params_init(&gp);
         EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_generate(s.get(), b.get(), "a", 1, &gp, nullptr, nullptr, nullptr),
                     std::to_string(T).c_str());
@@ -150,6 +152,7 @@ TEST_CASE("misuse: a full-size batch fills the sequence to exactly max_seq_len")
         CHECK(same_bits(prefill(s.get(), b.get(), ids, V), want));
         // kv_window INT32_MAX is full causal, like 0.
         needle_state_params sp;
+        sp.struct_size = sizeof sp;
         needle_state_params_init(&sp);
         sp.kv_window = INT32_MAX;
         needle_state *wide = nullptr;
@@ -231,6 +234,7 @@ bool cycle(const CycleInputs &in, const needle_model_params &p, needle_model *ke
     }
     s = nullptr, bt = nullptr;
     needle_state_params sp;
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     sp.kv_window = i % 4 == 0 ? 0 : -1;
     ok = ok && needle_state_create_ex(keep, &sp, &s) == NEEDLE_OK;
@@ -251,6 +255,7 @@ long rss_growth_over_cycles(int n_threads, int &failures) {
         CHECK(m == nullptr);
     }
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.n_threads = n_threads;
     needle_model *keep = nullptr;

@@ -233,6 +233,7 @@ TEST_CASE("threads: states keep a freed model alive and run from other threads")
     }
     // Reference generation through needle_generate (it uses the model's tokenizer).
     needle_generate_params gp;
+    gp.struct_size = sizeof gp;
     needle_generate_params_init(&gp);
     gp.max_tokens = 8;
     auto collect = [](uint32_t, const char *text, size_t len, void *user) {

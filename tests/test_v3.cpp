@@ -27,6 +27,7 @@ std::vector<uint32_t> read_ids(const std::string &rel) {
 
 Model load3(const std::string &name, uint32_t depth = 0) {
     needle_model_params p;
+    p.struct_size = sizeof p;
     needle_model_params_init(&p);
     p.depth = depth;
     return load(fixtures::v3("models/" + name + ".cact"), &p);
@@ -34,6 +35,7 @@ Model load3(const std::string &name, uint32_t depth = 0) {
 
 State state3(needle_model *m, needle_kv_type kv, uint32_t max_tokens = 0) {
     needle_state_params sp;
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     sp.kv_type = kv;
     sp.max_tokens = max_tokens;
@@ -167,6 +169,7 @@ TEST_CASE("v3 info, depth and max_tokens") {
     CHECK(info_of(d5.get()).num_engram_sites == 1);
     for (uint32_t bad : {1u, 7u, 100u}) {
         needle_model_params p;
+        p.struct_size = sizeof p;
         needle_model_params_init(&p);
         p.depth = bad;
         needle_model *x = nullptr;
@@ -176,6 +179,7 @@ TEST_CASE("v3 info, depth and max_tokens") {
     }
     {  // Needle 2 has no ladder
         needle_model_params p;
+        p.struct_size = sizeof p;
         needle_model_params_init(&p);
         p.depth = 2;
         needle_model *x = nullptr;
@@ -209,6 +213,7 @@ TEST_CASE("v3 info, depth and max_tokens") {
 TEST_CASE("v3 max_tokens bounds a full-causal Needle 2 state") {
     Model m = load(model_path("tiny"));
     needle_state_params sp;
+    sp.struct_size = sizeof sp;
     needle_state_params_init(&sp);
     sp.kv_window = 0;
     sp.max_tokens = 5;

@@ -37,6 +37,7 @@ type ChatParams struct {
 // DefaultChatParams returns needle_chat_params_init's values.
 func DefaultChatParams() ChatParams {
 	var p C.needle_chat_params
+	p.struct_size = C.uint32_t(unsafe.Sizeof(p)) // init writes only struct_size bytes
 	C.needle_chat_params_init(&p)
 	return ChatParams{ToolChoice(p.tool_choice), int32(p.kv_type), p.grammar != 0,
 		p.require_required != 0, p.stop_needs_call != 0, p.sinks != 0}
@@ -91,6 +92,7 @@ func (m *Model) NewChat(system, toolsJSON string, p ChatParams) (*Chat, error) {
 		toolsJSON = "[]"
 	}
 	var cp C.needle_chat_params
+	cp.struct_size = C.uint32_t(unsafe.Sizeof(cp)) // init writes only struct_size bytes
 	C.needle_chat_params_init(&cp)
 	cp.tool_choice = C.int32_t(p.ToolChoice)
 	cp.kv_type = C.int32_t(p.KVType)

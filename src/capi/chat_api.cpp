@@ -79,10 +79,21 @@ needle::chat::ChatOptions options_of(const needle_chat_params &p) {
     return o;
 }
 
+needle_chat_params chat_params_defaults() {
+    needle_chat_params d;
+    std::memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.tool_choice = NEEDLE_TOOL_CHOICE_AUTO, d.kv_type = NEEDLE_KV_F32;
+    d.grammar = 1, d.require_required = 1, d.stop_needs_call = 1, d.sinks = 1;
+    return d;
+}
+// The first layout ended after stop_needs_call; sinks was appended.
+constexpr size_t kChatParamsV1 = NEEDLE_FIELD_END(needle_chat_params, stop_needs_call);
+
 needle_status read_params(const char *fn, const needle_chat_params *p, needle_chat_params &out) {
-    needle_chat_params_init(&out);
+    out = chat_params_defaults();
     if (!p) return NEEDLE_OK;
-    const size_t v1 = offsetof(needle_chat_params, tool_choice) + sizeof(int32_t);
+    const size_t v1 = kChatParamsV1;
     if (p->struct_size < v1)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "params.struct_size " + std::to_string(p->struct_size) +
                                                          " is too small (call needle_chat_params_init)");
@@ -116,15 +127,7 @@ needle_status create_chat(const char *fn, std::shared_ptr<const needle::Model> m
 extern "C" {
 
 void needle_chat_params_init(needle_chat_params *p) {
-    if (!p) return;
-    std::memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->tool_choice = NEEDLE_TOOL_CHOICE_AUTO;
-    p->kv_type = NEEDLE_KV_F32;
-    p->grammar = 1;
-    p->require_required = 1;
-    p->stop_needs_call = 1;
-    p->sinks = 1;
+    needle::capi::init_params(p, chat_params_defaults(), {kChatParamsV1, NEEDLE_FIELD_END(needle_chat_params, sinks)});
 }
 
 needle_status needle_chat_create(needle_model *model, const char *system, const char *tools_json,

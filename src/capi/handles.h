@@ -1,6 +1,10 @@
 // The C handles' definitions, shared by the C shim's files (needle_api.cpp, state_api.cpp).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <memory>
 
 #include "generate/generate.h"
@@ -31,5 +35,32 @@ namespace needle {
 namespace capi {
 // Sets the thread's last error (needle_last_error) to msg and returns code.
 needle_status set_last_error(needle_status code, const char *msg);
+
+// Byte offset just past field `f` of params struct `T`.
+#define NEEDLE_FIELD_END(T, f) (offsetof(T, f) + sizeof(static_cast<T *>(nullptr)->f))
+
+// The bytes of a caller's params struct that hold whole fields: the largest of `field_ends` (the
+// end offsets of the struct's fields, the first one being the end of the FIRST layout) that is
+// <= struct_size; 0 when struct_size ends before the first layout (that caller is refused).
+inline size_t whole_field_bytes(uint32_t struct_size, std::initializer_list<size_t> field_ends) {
+    size_t n = 0;
+    for (size_t e : field_ends)
+        if (e <= struct_size) n = e > n ? e : n;
+    return n;
+}
+
+// The body of every needle_*_params_init (ABI rule of needle.h): writes the defaults `d` over the
+// caller's `*p` for the fields that lie wholly within p->struct_size, which the caller set first,
+// and nothing past it, so that a program built against an older, shorter struct never has this
+// library write beyond its struct. struct_size itself is left as the caller set it; a struct_size
+// below the first layout (or NULL p) is ignored.
+template <class T>
+void init_params(T *p, const T &d, std::initializer_list<size_t> field_ends) {
+    if (!p) return;
+    const size_t n = whole_field_bytes(p->struct_size, field_ends);
+    if (n <= sizeof(uint32_t)) return;
+    std::memcpy(reinterpret_cast<char *>(p) + sizeof(uint32_t), reinterpret_cast<const char *>(&d) + sizeof(uint32_t),
+                n - sizeof(uint32_t));
+}
 }  // namespace capi
 }  // namespace needle

@@ -84,6 +84,34 @@ needle_status busy_error(const char *fn) {
     return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: state is busy in needle_generate (called from its token callback)", fn);
 }
 
+// Defaults of the params structs (needle.h), and where each struct's fields end: the first entry
+// is the end of its first layout (older callers), the later ones the fields appended since.
+needle_model_params model_params_defaults() {
+    needle_model_params d;
+    std::memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.use_mmap = 1, d.n_threads = 0, d.depth = 0;
+    return d;
+}
+constexpr size_t kModelParamsV1 = NEEDLE_FIELD_END(needle_model_params, n_threads);
+
+needle_state_params state_params_defaults() {
+    needle_state_params d;
+    std::memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.kv_window = -1, d.kv_type = NEEDLE_KV_F32, d.max_tokens = 0;
+    return d;
+}
+constexpr size_t kStateParamsV1 = NEEDLE_FIELD_END(needle_state_params, kv_window);
+
+needle_generate_params generate_params_defaults() {
+    needle_generate_params d;
+    std::memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.max_tokens = 128, d.temperature = 0.0f, d.top_k = 0, d.top_p = 1.0f, d.seed = 0, d.add_bos = 1;
+    return d;
+}
+
 template <class T>
 bool struct_ok(const T *p, size_t min_size) {
     return p && p->struct_size >= min_size;
@@ -92,11 +120,10 @@ bool struct_ok(const T *p, size_t min_size) {
 // Validates load params, then opens the bytes with `open` and builds the model.
 template <class Open>
 needle_status load_common(const char *fn, const needle_model_params *p, needle_model **out, Open &&open) {
-    needle_model_params params;
-    needle_model_params_init(&params);
+    needle_model_params params = model_params_defaults();
     if (p) {
         // The first layout ended after n_threads; later fields keep their defaults for it.
-        const size_t v1 = offsetof(needle_model_params, n_threads) + sizeof p->n_threads;
+        const size_t v1 = kModelParamsV1;
         if (p->struct_size < v1)
             return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u < %zu"
                           " (call needle_model_params_init)", fn, p->struct_size, v1);
@@ -167,11 +194,7 @@ const char *needle_status_string(needle_status s) {
 const char *needle_last_error(void) { return t_last_error; }
 
 void needle_model_params_init(needle_model_params *p) {
-    if (!p) return;
-    p->struct_size = sizeof *p;
-    p->use_mmap = 1;
-    p->n_threads = 0;
-    p->depth = 0;
+    needle::capi::init_params(p, model_params_defaults(), {kModelParamsV1, NEEDLE_FIELD_END(needle_model_params, depth)});
 }
 
 needle_status needle_model_load_file(const char *path, const needle_model_params *p, needle_model **out) {
@@ -219,21 +242,18 @@ needle_status needle_model_get_info(const needle_model *model, needle_model_info
 }
 
 void needle_state_params_init(needle_state_params *p) {
-    if (!p) return;
-    p->struct_size = sizeof *p;
-    p->kv_window = -1;
-    p->kv_type = NEEDLE_KV_F32;
-    p->max_tokens = 0;
+    needle::capi::init_params(p, state_params_defaults(),
+                              {kStateParamsV1, NEEDLE_FIELD_END(needle_state_params, kv_type),
+                               NEEDLE_FIELD_END(needle_state_params, max_tokens)});
 }
 
 needle_status needle_state_create_ex(needle_model *model, const needle_state_params *p, needle_state **out) {
     if (out) *out = nullptr;
     if (!model || !out) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: model or out is NULL");
-    needle_state_params params;
-    needle_state_params_init(&params);
+    needle_state_params params = state_params_defaults();
     if (p) {
         // The first layout ended after kv_window; later fields keep their defaults for it.
-        const size_t v1 = offsetof(needle_state_params, kv_type);
+        const size_t v1 = kStateParamsV1;
         if (p->struct_size < v1)
             return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: params.struct_size %u < %zu"
                           " (call needle_state_params_init)", p->struct_size, v1);
@@ -378,15 +398,8 @@ needle_status needle_model_detokenize(const needle_model *model, const uint32_t 
 }
 
 void needle_generate_params_init(needle_generate_params *p) {
-    if (!p) return;
-    std::memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->max_tokens = 128;
-    p->temperature = 0.0f;
-    p->top_k = 0;
-    p->top_p = 1.0f;
-    p->seed = 0;
-    p->add_bos = 1;
+    // One layout so far: the whole struct (padding included) or nothing.
+    needle::capi::init_params(p, generate_params_defaults(), {sizeof(needle_generate_params)});
 }
 
 needle_status needle_generate(needle_state *state, needle_batch *batch, const char *prompt, size_t prompt_len,
@@ -410,8 +423,7 @@ needle_status needle_generate(needle_state *state, needle_batch *batch, const ch
     if (!prompt && prompt_len > 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: prompt is NULL", fn);
     if (batch && batch->model != state->model)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: the batch was made for another model", fn);
-    needle_generate_params p;
-    needle_generate_params_init(&p);
+    needle_generate_params p = generate_params_defaults();
     if (params) {
         if (params->struct_size < sizeof p)
             return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u is not %zu", fn, params->struct_size, sizeof p);
