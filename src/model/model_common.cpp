@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/f16.h"
+#include "model/model.h"
 
 namespace needle {
 
@@ -14,6 +15,15 @@ float *Arena::take(size_t n) {
     float *p = v_.data() + used_;
     used_ += n;
     return p;
+}
+
+void block_matmul_weights(const std::vector<CqMatrix *> &mats, const CqMatrix *keep, const FileBytes &bytes,
+                          CqBlockStore &store) {
+    cq_block_matrices(mats.data(), mats.size(), store);
+    // cq_matmul no longer reads their stored indices: their file pages may leave the RSS.
+    if (store.bytes())
+        for (const CqMatrix *m : mats)
+            if (m != keep) bytes.release_pages(m->packed, size_t(m->rows) * m->row_bytes);
 }
 
 uint64_t elements(const TensorRecord &t) {

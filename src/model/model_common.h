@@ -13,6 +13,8 @@
 
 namespace needle {
 
+class FileBytes;
+
 inline uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
 
 inline float silu(float z) { return z * sigmoid(z); }
@@ -51,6 +53,14 @@ CqMatrix bind_cq(const TensorRecord &t, const CqTables &tables, Arena &ar);
 inline size_t cq_norm_floats(const TensorRecord &t) {
     return size_t(t.shape[0]) * ((uint64_t(t.shape[1]) + t.group - 1) / t.group);
 }
+
+// Load-time step shared by both models: gives the matrices cq_matmul reads (`mats`) the active
+// kernels' rows-in-lanes copy in `store` (cq_block_matrices, kernels.h; a no-op for kernels that
+// read the stored form), then hands their file pages back (FileBytes::release_pages), except
+// those of `keep` (nullable: a matrix also read row by row through cq_dequantize_row, in stored
+// form, such as the tied embedding). Throws std::bad_alloc only.
+void block_matmul_weights(const std::vector<CqMatrix *> &mats, const CqMatrix *keep, const FileBytes &bytes,
+                          CqBlockStore &store);
 
 // Runs fn(i) for every position of a chunk, split over the caller's task arena (one position
 // runs inline: a decode step).

@@ -290,12 +290,8 @@ void Needle2Model::bind(const ContainerV2 &c) {
     for (Needle2Layer &ly : layers_)
         for (CqMatrix *m : {&ly.q, &ly.k, &ly.v, &ly.gate, &ly.out}) mats.push_back(m);
     for (Needle2EngramSite &st : sites_) mats.push_back(&st.key_proj), mats.push_back(&st.value_proj);
-    cq_block_matrices(mats.data(), mats.size(), blocked_);
-    // cq_matmul no longer reads their stored indices: their file pages leave the RSS, except the
-    // embedding's (cq_dequantize_row reads token rows in stored form).
-    if (blocked_.bytes())
-        for (const CqMatrix *m : mats)
-            if (m != &embedding_) bytes_->release_pages(m->packed, size_t(m->rows) * m->row_bytes);
+    // The embedding's pages stay: cq_dequantize_row reads token rows in stored form.
+    block_matmul_weights(mats, &embedding_, *bytes_, blocked_);
 
     // RoPE frequencies (§2.1), float32. The cos/sin rows are made per position by rope_rows():
     // a [max_seq_len][head_dim] table cost ~5 M instructions at load and 512 KB for needle2.

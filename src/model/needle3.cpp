@@ -313,6 +313,15 @@ void Needle3Model::bind(const ContainerV3 &c, uint32_t depth) {
     final_norm_ = fp(cn.final_norm());
     if (c.confidence >= 0) bind_confidence(c, c.heads[size_t(c.confidence)].first, ar, tables);
 
+    // The matrices cq_matmul reads get the kernels' rows-in-lanes copy, as in Needle 2. Engram
+    // tables are read row by row (cq_dequantize_row) and the tied embedding too: both stay in
+    // stored form. The confidence projection (one row, once per query) stays as stored.
+    std::vector<CqMatrix *> mats{&embedding_, &phi_pre_, &phi_post_, &phi_res_};
+    for (Needle3Layer &ly : layers_)
+        for (CqMatrix *m : {&ly.q, &ly.k, &ly.v, &ly.gate, &ly.out}) mats.push_back(m);
+    for (Needle3Site &st : sites_) mats.push_back(&st.key_proj), mats.push_back(&st.value_proj);
+    block_matmul_weights(mats, &embedding_, *bytes_, blocked_);
+
     float *inv_freq = ar.take(g.dq / 2);
     for (uint32_t i = 0; i < g.dq / 2; ++i) inv_freq[i] = 1.0f / std::pow(g.rope_theta, float(2 * i) / float(g.dq));
     rope_inv_freq_ = inv_freq;

@@ -74,6 +74,7 @@ private:
     Needle3Geometry g_;
     std::vector<uint32_t> kept_;  // container layers run, ascending
     std::vector<float> arena_;
+    CqBlockStore blocked_;  // rows-in-lanes copies of the matmul matrices (kernels.h)
     CqMatrix embedding_, phi_pre_, phi_post_, phi_res_;
     std::vector<Needle3Layer> layers_;
     std::vector<Needle3Site> sites_;
