@@ -398,9 +398,10 @@ NEEDLE_API needle_status needle_state_confidence(const needle_state *state, floa
 NEEDLE_API needle_status needle_state_embedding(const needle_state *state, float *out, size_t out_len,
                                                 size_t *dim);
 
-/** Makes dst continue exactly as src would (position, KV cache, Engram history, head pooling).
- *  Both states must come from the same model handle's model with equal options (kv_window,
- *  kv_type). Allocates nothing. Returns INVALID_ARGUMENT (NULL, different model or options). */
+/** Makes dst continue exactly as src would (position, KV cache, Engram history, head pooling;
+ *  Needle 3 also its Q/K/V conv tails). Both states must come from the same model handle's model
+ *  with equal options (kv_window, kv_type, max_tokens). Allocates nothing. Returns
+ *  INVALID_ARGUMENT (NULL, different model or options). */
 NEEDLE_API needle_status needle_state_copy(needle_state *dst, const needle_state *src);
 
 /** Serialises the state into buf[cap]: a versioned, checksummed blob tied to the model file's
@@ -411,8 +412,9 @@ NEEDLE_API needle_status needle_state_copy(needle_state *dst, const needle_state
 NEEDLE_API needle_status needle_state_save(const needle_state *state, void *buf, size_t cap, size_t *len);
 
 /** Replaces the state's contents with a blob of needle_state_save. The whole blob is checked
- *  first: FORMAT (damaged, truncated, another version, another model file or other options;
- *  the state is unchanged); INVALID_ARGUMENT (NULL state, NULL buf with len > 0). */
+ *  first: FORMAT (damaged, truncated, another version, another model file or other options, or
+ *  a position beyond this state's max_tokens; the state is unchanged); INVALID_ARGUMENT (NULL
+ *  state, NULL buf with len > 0). */
 NEEDLE_API needle_status needle_state_load(needle_state *state, const void *buf, size_t len);
 
 /* ---------------------------------------------------------------- tool-calling chat (issue 9) */

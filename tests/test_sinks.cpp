@@ -1,5 +1,5 @@
-// KV sinks in the Needle 2 attention (tool-calling.md §10.3, SequenceOptions::sink_tokens):
-// key j is visible to query p iff j <= p and (p - j < W or j < L).
+// KV sinks in the Needle 2 attention and the Needle 3 local layers (tool-calling.md §10.3,
+// SequenceOptions::sink_tokens): key j is visible to query p iff j <= p and (p - j < W or j < L).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -35,7 +35,7 @@ std::vector<std::vector<float>> run(const Model &m, const SequenceOptions &opt, 
         const uint32_t n = uint32_t(std::min<size_t>(chunk, ids.size() - i));
         // Rows of every position: feed the chunk, and for chunk 1 that is every row; for larger
         // chunks only the last row of each chunk is compared.
-        std::vector<float> lg(m.info().vocab_size);
+        std::vector<float> lg(m.info().out_vocab);
         feed(m, *seq, *ws, ids.data() + i, n, lg.data());
         rows.push_back(lg);
     }
@@ -122,4 +122,64 @@ TEST_CASE("sinks: window plus sinks covering max_seq_len is full causal") {
     CHECK(seq->options.sink_tokens == 0);
     const auto a = run(*m, full, ids, 1), b = run(*m, sinks, ids, 1);
     for (size_t p = 0; p < a.size(); ++p) CHECK(same(a[p], b[p]));
+}
+
+namespace {
+
+std::vector<uint32_t> v3_prompt(const std::string &id) {
+    const std::vector<uint8_t> raw = fixtures::read_bytes(fixtures::v3("refs/" + id + ".prompt.u32"));
+    std::vector<uint32_t> v(raw.size() / 4);
+    std::memcpy(v.data(), raw.data(), v.size() * 4);
+    return v;
+}
+
+}  // namespace
+
+// Needle 3: the sinks live in the local layers' rings (window 32 on tiny3). Up to position
+// W + sinks - 1 a sink state sees every key in every layer, which is what the same model with
+// every layer global computes (global_mask_lo, container-v3.md word 17, patched to all 6
+// layers): the same bits. Below W it equals no sinks; from W + sinks on it differs from both.
+TEST_CASE("sinks: Needle 3 local layers keep the sink keys (all-global model below W + sinks)") {
+    const std::string path = fixtures::v3("models/tiny3.cact");
+    std::vector<uint8_t> bytes = fixtures::read_bytes(path);
+    REQUIRE(bytes.size() > 72);
+    uint32_t mask;
+    std::memcpy(&mask, bytes.data() + 68, 4);
+    REQUIRE(mask == ((1u << 2) | (1u << 5)));  // layers 2 and 5 (fixtures README)
+    mask = 0x3Fu;
+    std::memcpy(bytes.data() + 68, &mask, 4);
+    auto m = load_model(FileBytes::open(path.c_str(), true), LoadOptions{});
+    auto all_global = load_model(FileBytes::copy(bytes.data(), bytes.size()), LoadOptions{});
+    REQUIRE(all_global->info().global_layer_mask == 0x3Fu);
+    const std::vector<uint32_t> ids = v3_prompt("tiny3__gpl3_200__f32");  // 200 tokens
+    const uint32_t W = m->info().kv_window, S = 8;
+    REQUIRE(W == 32);
+    for (KvType kv : {KvType::F32, KvType::INT8}) {
+        CAPTURE(int(kv));
+        SequenceOptions plain, sinks;
+        plain.kv_type = sinks.kv_type = kv;
+        sinks.sink_tokens = S;
+        CHECK(m->new_sequence(sinks)->options.sink_tokens == S);
+        const auto a = run(*m, plain, ids, 1), b = run(*m, sinks, ids, 1), gl = run(*all_global, plain, ids, 1);
+        for (size_t p = 0; p < W; ++p) CHECK(same(a[p], b[p]));
+        for (size_t p = 0; p < W + S; ++p) CHECK(same(gl[p], b[p]));
+        size_t differ_plain = 0, differ_global = 0;
+        for (size_t p = W + S; p < ids.size(); ++p) differ_plain += !same(a[p], b[p]), differ_global += !same(gl[p], b[p]);
+        CHECK(differ_plain == ids.size() - W - S);
+        CHECK(differ_global == ids.size() - W - S);
+        for (uint32_t chunk : {7u, 64u}) {
+            const auto c = run(*m, sinks, ids, chunk);
+            for (size_t i = 0; i < c.size(); ++i) {
+                const size_t p = std::min<size_t>((i + 1) * chunk, ids.size()) - 1;
+                INFO("chunk " << chunk << " position " << p);
+                CHECK(same(c[i], b[p]));
+            }
+        }
+    }
+    // Window plus sinks covering max_seq_len: every local layer is global, no sinks reported.
+    SequenceOptions wide;
+    wide.sink_tokens = m->info().max_seq_len - W;
+    CHECK(m->new_sequence(wide)->options.sink_tokens == 0);
+    const auto w = run(*m, wide, ids, 1), gl = run(*all_global, SequenceOptions{}, ids, 1);
+    for (size_t p = 0; p < ids.size(); ++p) CHECK(same(w[p], gl[p]));
 }

@@ -11,6 +11,7 @@ using namespace api_test;
 
 State new_state_kv(needle_model *m, int32_t kv_type) {
     needle_state_params p;
+    p.struct_size = sizeof p;
     needle_state_params_init(&p);
     p.kv_type = kv_type;
     needle_state *s = nullptr;
@@ -46,10 +47,19 @@ std::vector<uint32_t> prompt_ids(const std::string &model, const std::string &pr
     return {};
 }
 
-void check_continuations(const char *model, int32_t kv_type) {
-    Model m = load(model_path(model));
-    const size_t V = info_of(m.get()).vocab_size;
-    const std::vector<uint32_t> ids = prompt_ids(model, "long_a");  // 176 tokens: window 48 wraps
+std::vector<uint32_t> v3_prompt(const std::string &id) {
+    const std::vector<uint8_t> raw = fixtures::read_bytes(fixtures::v3("refs/" + id + ".prompt.u32"));
+    std::vector<uint32_t> v(raw.size() / 4);
+    std::memcpy(v.data(), raw.data(), v.size() * 4);
+    return v;
+}
+
+// Prefills `ids` into a state, copies it into a used state and saves it; then the original, the
+// copy and a state of another handle of the same file loaded from the blob continue greedily
+// with the same bits, and their confidence (when `heads`) agrees.
+void check_continuations(const std::string &path, const std::vector<uint32_t> &ids, int32_t kv_type, bool heads) {
+    Model m = load(path);
+    const size_t V = info_of(m.get()).out_vocab;
     Batch b = new_batch(m.get(), 32);
     State a = new_state_kv(m.get(), kv_type);
     const std::vector<float> lg = prefill(a.get(), b.get(), ids, V);
@@ -60,7 +70,6 @@ void check_continuations(const char *model, int32_t kv_type) {
     REQUIRE(needle_state_copy(c.get(), a.get()) == NEEDLE_OK);
     CHECK(needle_state_pos(c.get()) == ids.size());
     const std::vector<uint8_t> blob = save(a.get());
-    const bool heads = std::string(model) != "odd";
     float pa = 0, pc = 0;
     if (heads) REQUIRE(needle_state_confidence(a.get(), &pa) == NEEDLE_OK);
 
@@ -69,7 +78,7 @@ void check_continuations(const char *model, int32_t kv_type) {
     CHECK(pc == pa);
     const auto got_copy = continue_greedy(c.get(), lg, 20);
     // Load into a state of another handle of the same file (the fingerprint is the file's).
-    Model m2 = load(model_path(model));
+    Model m2 = load(path);
     State l = new_state_kv(m2.get(), kv_type);
     REQUIRE(needle_state_load(l.get(), blob.data(), blob.size()) == NEEDLE_OK);
     CHECK(needle_state_pos(l.get()) == ids.size());
@@ -96,10 +105,66 @@ void expect_refused(needle_state *s, const std::vector<uint8_t> &before, const u
 
 }  // namespace
 
-TEST_CASE("state: copy and save/load continue bit-identically, f32 KV") { check_continuations("tiny", NEEDLE_KV_F32); }
-TEST_CASE("state: copy and save/load continue bit-identically, int8 KV") { check_continuations("tiny", NEEDLE_KV_INT8); }
+// long_a: 176 tokens, the window of 48 wraps.
+TEST_CASE("state: copy and save/load continue bit-identically, f32 KV") {
+    check_continuations(model_path("tiny"), prompt_ids("tiny", "long_a"), NEEDLE_KV_F32, true);
+}
+TEST_CASE("state: copy and save/load continue bit-identically, int8 KV") {
+    check_continuations(model_path("tiny"), prompt_ids("tiny", "long_a"), NEEDLE_KV_INT8, true);
+}
 TEST_CASE("state: copy and save/load continue bit-identically, odd (full causal, no heads)") {
-    check_continuations("odd", NEEDLE_KV_F32);
+    check_continuations(model_path("odd"), prompt_ids("odd", "long_a"), NEEDLE_KV_F32, false);
+}
+// Needle 3: local rings (window 32) wrapped > 6 times by 200 tokens, global layers, Q/K/V conv
+// tails, Engram value rings, confidence pooling; int8 also its K and V scales.
+TEST_CASE("state: Needle 3 copy and save/load continue bit-identically, f32 and int8 KV") {
+    for (int32_t kv : {NEEDLE_KV_F32, NEEDLE_KV_INT8}) {
+        CAPTURE(kv);
+        check_continuations(fixtures::v3("models/tiny3.cact"), v3_prompt("tiny3__gpl3_200__f32"), kv, true);
+        // A short prompt: rings, tails and Engram rows only partly written (used < bytes).
+        check_continuations(fixtures::v3("models/tiny3.cact"), v3_prompt("tiny3__gpl3_001__f32"), kv, true);
+    }
+}
+
+TEST_CASE("state: Needle 3 damaged and foreign blobs are refused, state unchanged") {
+    Model m = load(fixtures::v3("models/tiny3.cact")), m2 = load(model_path("tiny"));
+    const size_t V = info_of(m.get()).out_vocab;
+    State src = new_state_kv(m.get(), NEEDLE_KV_INT8);
+    prefill(src.get(), nullptr, v3_prompt("tiny3__gpl3_007__f32"), V);
+    const std::vector<uint8_t> blob = save(src.get());
+    State dst = new_state_kv(m.get(), NEEDLE_KV_INT8);
+    prefill(dst.get(), nullptr, {5, 6, 7}, V);
+    const std::vector<uint8_t> before = save(dst.get());
+    // Every 7th byte flipped (the whole blob is covered by the odd test above; this is v3's
+    // layout), and every truncation.
+    std::vector<uint8_t> bad = blob;
+    for (size_t i = 0; i < bad.size(); i += 7) {
+        bad[i] ^= 0x10;
+        if (needle_state_load(dst.get(), bad.data(), bad.size()) != NEEDLE_E_FORMAT) FAIL_CHECK("byte " << i);
+        bad[i] ^= 0x10;
+    }
+    for (size_t len = 0; len < blob.size(); len += 13)
+        if (needle_state_load(dst.get(), blob.data(), len) != NEEDLE_E_FORMAT) FAIL_CHECK("truncation to " << len);
+    // f32 options, another model's blob, a blob past this state's max_tokens.
+    State f32 = new_state_kv(m.get(), NEEDLE_KV_F32);
+    EXPECT_FAIL(NEEDLE_E_FORMAT, needle_state_load(f32.get(), blob.data(), blob.size()), "options");
+    State v2 = new_state_kv(m2.get(), NEEDLE_KV_INT8);
+    EXPECT_FAIL(NEEDLE_E_FORMAT, needle_state_load(v2.get(), blob.data(), blob.size()), "another model");
+    const std::vector<uint8_t> v2_blob = save(v2.get());
+    EXPECT_FAIL(NEEDLE_E_FORMAT, needle_state_load(dst.get(), v2_blob.data(), v2_blob.size()), "another model");
+    needle_state_params sp;
+    sp.struct_size = sizeof sp;
+    needle_state_params_init(&sp);
+    sp.kv_type = NEEDLE_KV_INT8, sp.max_tokens = 4;  // the blob holds 7 positions
+    needle_state *raw = nullptr;
+    REQUIRE(needle_state_create_ex(m.get(), &sp, &raw) == NEEDLE_OK);
+    State small(raw);
+    EXPECT_FAIL(NEEDLE_E_FORMAT, needle_state_load(small.get(), blob.data(), blob.size()), "max_tokens");
+    CHECK(needle_state_pos(small.get()) == 0);
+    EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_state_copy(small.get(), src.get()), "options");
+    CHECK(save(dst.get()) == before);
+    REQUIRE(needle_state_load(dst.get(), blob.data(), blob.size()) == NEEDLE_OK);
+    CHECK(save(dst.get()) == blob);
 }
 
 TEST_CASE("state: every flipped byte and every truncation of a blob is refused, state unchanged") {

@@ -112,22 +112,25 @@ std::unique_ptr<Sequence> Needle3Model::new_sequence(const SequenceOptions &opt)
                                              "(sliding_window %u); use -1", opt.kv_window, g.W));
     if (opt.kv_window == 0 && g.W != 0)
         fail(NEEDLE_E_INVALID_ARGUMENT, "kv_window 0: Needle 3 local layers cannot attend fully causally; use -1");
-    if (opt.sink_tokens != 0)
-        fail(NEEDLE_E_INVALID_ARGUMENT, strf("sink_tokens %u: attention sinks are not implemented for Needle 3",
-                                             opt.sink_tokens));
     auto s = std::make_unique<Seq>();
     s->limit = opt.max_tokens == 0 ? g.Tmax : std::min(opt.max_tokens, g.Tmax);
     s->options = opt;
     s->options.kv_window = int32_t(g.W);
+    // KV sinks (tool-calling.md §10.3) apply to the local layers: their ring holds the first
+    // sink_tokens keys for good plus the last W (kv_layout.h); global layers see every key anyway.
+    const KvLayout local = KvLayout::make(g.W, opt.sink_tokens, g.Tmax), global = KvLayout::make(0, 0, g.Tmax);
+    s->options.sink_tokens = local.sinks;
     s->options.max_tokens = s->limit;
     s->options.probe_heads = opt.probe_heads && has_conf_;
     s->kv_type = opt.kv_type;
     const uint32_t L = uint32_t(layers_.size());
-    s->slots.resize(L), s->kv_off.resize(L), s->sc_off.resize(L);
+    s->slots.resize(L), s->kvl.resize(L), s->kv_off.resize(L), s->sc_off.resize(L);
     size_t kv = 0, sc = 0;
     for (uint32_t l = 0; l < L; ++l) {
-        const uint32_t cap = layers_[l].global || g.W == 0 ? g.Tmax : std::min(g.W, g.Tmax);
-        s->slots[l] = std::min(cap, s->limit);
+        s->kvl[l] = layers_[l].global || g.W == 0 ? global : local;
+        // Fewer slots than the ring only when max_tokens is below it: then no position reaches
+        // the ring's end, so slot(p) = p and lo(p) = 0 (kv_layout.h) hold as for the full ring.
+        s->slots[l] = std::min(s->kvl[l].ring, s->limit);
         s->kv_off[l] = kv, s->sc_off[l] = sc;
         kv += size_t(g.G) * s->slots[l] * (g.dq + g.dv);
         sc += size_t(2) * g.G * s->slots[l];
@@ -147,8 +150,38 @@ std::unique_ptr<Sequence> Needle3Model::new_sequence(const SequenceOptions &opt)
         s->conf_scratch.assign(size_t(conf_.cells) * conf_.k * g.d + size_t(conf_.cells) * conf_.k +
                                    2 * size_t(conf_.Q) * g.d + kPrepAlign + round_up(conf_.Q * g.d, kPrepAlign), 0.0f);
     }
+    s->G = g.G, s->dq = g.dq, s->dv = g.dv, s->D = g.d;
     s->arena = ArenaLease(n_threads_);
     return s;
+}
+
+// Spans in a fixed order (state_io.h): id history; per layer, K then V rings of each KV head
+// (int8: codes, then the K and V scales of the layer); the Q/K/V conv tails and the Engram value
+// rings; the confidence pooling. `used` is what position `at` reads: the first min(at, slots)
+// ring rows (slot p % slots), the first min(at, vring) Engram rows, the whole conv tail (its
+// valid rows are the last ones) and the whole pool.
+void Needle3Model::Seq::visit_state(uint32_t at, StateVisitor fn, void *ctx) {
+    auto span = [&](void *p, size_t bytes, size_t used) {
+        fn(ctx, StateSpan{static_cast<uint8_t *>(p), bytes, std::min(used, bytes)});
+    };
+    span(hist.data(), hist.size() * 4, size_t(at) * 4);
+    const bool i8 = kv_type == KvType::INT8;
+    for (size_t l = 0; l < slots.size(); ++l) {
+        const size_t ns = slots[l], filled = std::min<size_t>(at, ns), esz = i8 ? 1 : 4;
+        uint8_t *base = i8 ? reinterpret_cast<uint8_t *>(kv8.data() + kv_off[l])
+                           : reinterpret_cast<uint8_t *>(kv.data() + kv_off[l]);
+        for (uint32_t part = 0; part < 2; ++part) {  // K rings [G][ns][dq], then V rings [G][ns][dv]
+            const size_t dim = part ? dv : dq;
+            for (uint32_t h = 0; h < G; ++h, base += ns * dim * esz) span(base, ns * dim * esz, filled * dim * esz);
+        }
+        if (i8)
+            for (uint32_t r = 0; r < 2 * G; ++r)  // K scales [G][ns], then V scales [G][ns]
+                span(kv_scale.data() + sc_off[l] + r * ns, ns * 4, filled * 4);
+    }
+    span(tail.data(), tail.size() * 4, tail.size() * 4);
+    const size_t vfilled = std::min(at, vring), rows = size_t(vring) * D;  // eraw: [S][vring][D]
+    for (size_t off = 0; off + rows <= eraw.size() && rows; off += rows) span(eraw.data() + off, rows * 4, vfilled * D * 4);
+    span(pool.data(), pool.size() * 4, pool.size() * 4);
 }
 
 // ---------------------------------------------------------------- workspace
@@ -171,9 +204,8 @@ std::unique_ptr<Workspace> Needle3Model::new_workspace(uint32_t cap) const {
                       &w->att, &w->y, &w->z, &w->t1, &w->t2, &w->cv, &w->rb, &w->mlp, &w->f, &w->fh,
                       &w->ek, &w->ev, &w->er, &w->cell, &w->rope};
     static_assert(sizeof widths / sizeof widths[0] == sizeof ptrs / sizeof ptrs[0], "buffers");
-    uint32_t max_slots = 1;
-    for (const Needle3Layer &ly : layers_)
-        max_slots = std::max(max_slots, ly.global || g.W == 0 ? g.Tmax : std::min(g.W, g.Tmax));
+    // Scores per head: a ring never exceeds max_seq_len (a local layer with KV sinks holds W + sinks).
+    const uint32_t max_slots = std::max(1u, g.Tmax);
     size_t total = size_t(g.H) * max_slots + g.d + w->pd;
     for (size_t wd : widths) total += wd * cap;
     w->buf.assign(total, 0.0f);
@@ -493,12 +525,13 @@ void Needle3Model::attention(Seq &s, Work &w, uint32_t li, uint32_t p0, uint32_t
     const Needle3Geometry &g = g_;
     const Needle3Layer &ly = layers_[li];
     const uint32_t slots = s.slots[li], half = g.dq / 2, rep = g.H / g.G;
+    const KvLayout &kvl = s.kvl[li];
     const bool i8 = s.kv_type == KvType::INT8;
     float *kf = i8 ? nullptr : s.kv.data() + s.kv_off[li], *vf = kf ? kf + size_t(g.G) * slots * g.dq : nullptr;
     int8_t *k8 = i8 ? s.kv8.data() + s.kv_off[li] : nullptr, *v8 = k8 ? k8 + size_t(g.G) * slots * g.dq : nullptr;
     float *ks = i8 ? s.kv_scale.data() + s.sc_off[li] : nullptr, *vs = ks ? ks + size_t(g.G) * slots : nullptr;
     for (uint32_t i = 0; i < n; ++i) {
-        const uint32_t p = p0 + i, slot = p % slots;
+        const uint32_t p = p0 + i, slot = kvl.slot(p);
         const float *cs = w.rope + size_t(i) * g.dq, *sn = cs + half;
         float *q = w.qc + size_t(i) * g.qd, *k = w.kc + size_t(i) * g.kd, *v = w.vc + size_t(i) * g.vd;
         for (uint32_t r = 0; r < g.H; ++r) {
@@ -519,9 +552,7 @@ void Needle3Model::attention(Seq &s, Work &w, uint32_t li, uint32_t p0, uint32_t
                 std::memcpy(vf + kr * g.dv, vh, sizeof(float) * g.dv);
             }
         }
-        uint32_t lo = 0;
-        if (!ly.global && g.W && p + 1 > g.W) lo = p + 1 - g.W;
-        if (p + 1 > slots) lo = std::max(lo, p + 1 - slots);
+        const uint32_t lo = kvl.lo(p);  // reads lo..p through slot j % slots
         float *o = w.o + size_t(i) * g.od;
         auto head = [&](uint32_t r) {
             const uint32_t kv = r / rep;

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "model/kv_layout.h"
 #include "model/needle3.h"
 
 namespace needle {
@@ -14,7 +15,8 @@ constexpr uint32_t kPrepAlign = 1024;  // any CQ group (<= 1024) divides it: one
 // and Engram value tails, and the confidence pooling.
 struct Needle3Model::Seq final : Sequence {
     KvType kv_type;
-    std::vector<uint32_t> slots;    // [L] KV ring slots per layer
+    std::vector<uint32_t> slots;    // [L] KV ring slots per layer: min(kvl.ring, limit)
+    std::vector<KvLayout> kvl;      // [L] window, sinks and ring of the layer (kv_layout.h)
     std::vector<size_t> kv_off;     // [L] first K element of the layer (V follows its K)
     std::vector<float> kv;          // f32: per layer K [G][slots][dq] then V [G][slots][dv]
     std::vector<int8_t> kv8;        // int8: same layout
@@ -26,9 +28,12 @@ struct Needle3Model::Seq final : Sequence {
     std::vector<float> eraw;        // [S][vring][d] pre-conv Engram values
     std::vector<float> pool;        // confidence: [cells*k][d + 2] numerator, running max, denominator
     mutable std::vector<float> conf_scratch;
+    // Geometry the spans are cut by (visit_state).
+    uint32_t G = 0, dq = 0, dv = 0, D = 0;
     // The histories need no clearing: every reader skips positions before 0 and the first
     // position re-initialises the confidence pooling.
     void reset() override { pos = 0; }
+    void visit_state(uint32_t at, StateVisitor fn, void *ctx) override;
 };
 
 // Chunk scratch: every pointer is [capacity][width] (strides are the widths).

@@ -141,7 +141,9 @@ void load_sequence(const Model &m, Sequence &seq, const uint8_t *buf, size_t len
         bad(strf("saved with other state options (window %u, kv_type %u, sinks %u, heads %u; this state: %u, %u, "
                  "%u, %u)", f.window, f.kv_type, f.sinks, f.heads, want.window, want.kv_type, want.sinks,
                  want.heads));
-    if (f.pos > m.info().max_seq_len) bad(strf("position %u beyond max_seq_len %u", f.pos, m.info().max_seq_len));
+    if (f.pos > seq.limit)
+        bad(strf("position %u beyond this state's %s %u", f.pos,
+                 seq.limit < m.info().max_seq_len ? "max_tokens" : "max_seq_len", seq.limit));
     // Every span's length must be what this state has at that position; checked before any copy.
     uint32_t count = 0;
     bool ok = true;
