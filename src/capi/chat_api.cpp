@@ -76,6 +76,7 @@ needle::chat::ChatOptions options_of(const needle_chat_params &p) {
     o.require_required = p.require_required != 0;
     o.stop_needs_call = p.stop_needs_call != 0;
     o.sinks = p.sinks != 0;
+    o.validation = needle::chat::ValidationMode(p.validation);
     return o;
 }
 
@@ -85,10 +86,14 @@ needle_chat_params chat_params_defaults() {
     d.struct_size = sizeof d;
     d.tool_choice = NEEDLE_TOOL_CHOICE_AUTO, d.kv_type = NEEDLE_KV_F32;
     d.grammar = 1, d.require_required = 1, d.stop_needs_call = 1, d.sinks = 1;
+    d.validation = NEEDLE_VALIDATION_OFF;
     return d;
 }
-// The first layout ended after stop_needs_call; sinks was appended.
+// The first layout ended after stop_needs_call; sinks, then validation were appended. The end
+// offsets of every layout, for init and read alike (whole fields only: a pointer may follow).
 constexpr size_t kChatParamsV1 = NEEDLE_FIELD_END(needle_chat_params, stop_needs_call);
+#define NEEDLE_CHAT_FIELD_ENDS \
+    { kChatParamsV1, NEEDLE_FIELD_END(needle_chat_params, sinks), NEEDLE_FIELD_END(needle_chat_params, validation) }
 
 needle_status read_params(const char *fn, const needle_chat_params *p, needle_chat_params &out) {
     out = chat_params_defaults();
@@ -98,15 +103,18 @@ needle_status read_params(const char *fn, const needle_chat_params *p, needle_ch
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "params.struct_size " + std::to_string(p->struct_size) +
                                                          " is too small (call needle_chat_params_init)");
     // Whole fields up to the caller's struct_size; later ones keep their defaults.
-    const size_t n = std::min<size_t>(p->struct_size, sizeof out);
+    const size_t n = needle::capi::whole_field_bytes(p->struct_size, NEEDLE_CHAT_FIELD_ENDS);
     std::memcpy(reinterpret_cast<char *>(&out) + sizeof(uint32_t), reinterpret_cast<const char *>(p) + sizeof(uint32_t),
-                (n - sizeof(uint32_t)) / sizeof(int32_t) * sizeof(int32_t));
+                n - sizeof(uint32_t));
     out.struct_size = sizeof out;
     if (out.tool_choice < 0 || out.tool_choice > 2)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "tool_choice " + std::to_string(out.tool_choice) +
                                                          " (use 0 auto, 1 required, 2 none)");
     if (out.kv_type != NEEDLE_KV_F32 && out.kv_type != NEEDLE_KV_INT8)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "kv_type " + std::to_string(out.kv_type) + " (use 0 f32 or 1 int8)");
+    if (out.validation < NEEDLE_VALIDATION_OFF || out.validation > NEEDLE_VALIDATION_ANNOTATE)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "validation " + std::to_string(out.validation) +
+                                                         " (use 0 off, 1 suppress, 2 annotate)");
     return NEEDLE_OK;
 }
 
@@ -127,7 +135,7 @@ needle_status create_chat(const char *fn, std::shared_ptr<const needle::Model> m
 extern "C" {
 
 void needle_chat_params_init(needle_chat_params *p) {
-    needle::capi::init_params(p, chat_params_defaults(), {kChatParamsV1, NEEDLE_FIELD_END(needle_chat_params, sinks)});
+    needle::capi::init_params(p, chat_params_defaults(), NEEDLE_CHAT_FIELD_ENDS);
 }
 
 needle_status needle_chat_create(needle_model *model, const char *system, const char *tools_json,

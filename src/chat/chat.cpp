@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "chat/tool_checks.h"
 #include "model/state_io.h"
 
 namespace needle {
@@ -94,6 +95,7 @@ void Chat::parse_tools(std::string_view tools_json) {
         const JsonValue *name = t.find("name");
         if (!name || name->kind != JsonValue::Kind::String)
             fail(NEEDLE_E_INVALID_ARGUMENT, strf("chat: tool %zu has no string \"name\"", i));
+        check_tool_strict(t, i);  // unsatisfiable schemas refused (tool_checks.h)
         // §6.4 [C]: a repeated name keeps its first definition for the grammar (all are rendered).
         bool seen = false;
         for (const JsonValue *g : grammar_tools_) seen = seen || g->find("name")->text == name->text;
@@ -152,6 +154,8 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
         set_failure(e, "invalid_input", "the turn text is not valid UTF-8");
         return write_envelope(e);
     }
+    if (turns_ == 0) user_text_.clear();
+    user_text_.append(text).push_back('\n');
     const bool rewound = !at_prefix_ && turns_ == 0;
     const size_t restored = rewound && !have_snapshot_ ? prefix_ids_.size() : 0;  // run this turn
     const uint32_t base = rewound ? uint32_t(prefix_ids_.size()) : seq_->pos;
@@ -187,7 +191,8 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
     ++turns_;
     finish_envelope(r, stop, e);
     last_had_calls_ = e.success && e.function_calls != "[]";
-    e.respond = e.respond || (e.success && tool_results && e.function_calls == "[]");
+    // A withheld call (§7.3) is not the model's "[]": the turn stays "call".
+    e.respond = e.respond || (e.success && tool_results && e.function_calls == "[]" && e.suppressed_calls == "[]");
     e.peak_ram_mb = peak_rss_mib();
     return write_envelope(e);
 }

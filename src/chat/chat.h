@@ -15,6 +15,7 @@
 #include "chat/grammar.h"
 #include "chat/json.h"
 #include "chat/template.h"
+#include "chat/validation.h"
 #include "model/model.h"
 
 namespace needle {
@@ -29,6 +30,7 @@ struct ChatOptions {
     bool require_required = true;             // §6.4 switch: '}' only after every required key
     bool stop_needs_call = true;              // §6.3 switch: EOS / <|im_end|> masked until a call list closed
     bool sinks = true;                        // §10.3: the static prefix pinned as KV sinks
+    ValidationMode validation = ValidationMode::Off;  // §7.3 [C] serving layer (validation.h)
 };
 
 // Figures of the last turn (needle_chat_stats).
@@ -45,7 +47,8 @@ class Chat {
 public:
     // Parses and canonicalises the tools (§3.3), compiles the grammar, prefills the static
     // prefix. Throws Error: INVALID_ARGUMENT (bad JSON / UTF-8, not an array, a tool without a
-    // string "name", tool_choice required with no tool), CONTEXT_FULL (static prefix leaves
+    // string "name", tool_choice required with no tool, a schema no value satisfies:
+    // tool_checks.h), CONTEXT_FULL (static prefix leaves
     // fewer than kMinTurnRoom positions), UNSUPPORTED (no tokenizer / markers), NO_MEMORY.
     Chat(std::shared_ptr<const Model> model, std::string_view system, std::string_view tools_json,
          const ChatOptions &opt);
@@ -103,6 +106,7 @@ private:
     bool at_prefix_ = false;                // seq_ holds exactly the static prefix
     uint32_t turns_ = 0;                    // completed turns since the prefix
     bool last_had_calls_ = false;
+    std::string user_text_;                 // every turn's text since the prefix (§7.3 grounding)
     // Per-turn scratch, sized once here.
     std::vector<float> logits_;
     std::vector<uint64_t> mask_;
