@@ -416,6 +416,18 @@ typedef struct needle_chat needle_chat;
                                          answer [] so an agent loop can finish) */
 #define NEEDLE_TOOL_CHOICE_NONE 2     /* no call: <tool_call> is masked; type "respond" */
 
+/** validation values (needle_chat_params.validation), spec §7.3 [C]. With ANNOTATE or
+ *  SUPPRESS, a turn whose output parsed into at least one call gets a last envelope field
+ *  "validation": {"ungrounded": ["tool.arg", ...], "negation": bool}: ungrounded lists the
+ *  arguments holding a number the user's text (every turn since the static prefix) states
+ *  neither in digits nor in English number words; negation says the text has a negation word.
+ *  SUPPRESS also moves each call with an ungrounded argument, when the text states no number at
+ *  all, from function_calls to suppressed_calls as {"name", "arguments", "reason"}; the turn
+ *  stays success true. Negation alone never suppresses. */
+#define NEEDLE_VALIDATION_OFF 0       /* default (the spec: optional, default-off) */
+#define NEEDLE_VALIDATION_SUPPRESS 1  /* annotate and withhold invented values */
+#define NEEDLE_VALIDATION_ANNOTATE 2  /* the validation field only; never withholds */
+
 /** Options of needle_chat_create. Initialise with needle_chat_params_init(); fields are read up
  *  to struct_size (later fields keep their defaults for a shorter struct). */
 typedef struct needle_chat_params {
@@ -431,6 +443,8 @@ typedef struct needle_chat_params {
     int32_t sinks;            /* 1 (default): the static prefix stays visible as KV sinks however
                                  long the conversation (§10.3); 0: plain window (upstream's
                                  public reference) */
+    int32_t validation;       /* NEEDLE_VALIDATION_*, default OFF: the serving layer's call
+                                 validation (§7.3 [C]); see the constants above */
 } needle_chat_params;
 
 /** Fills `p` with defaults. NULL is ignored. */
@@ -442,7 +456,11 @@ NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
  *  state is kept, so reset() never prefills it again.
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL model/out, bad params, invalid JSON or UTF-8, not
  *  an array, a tool that is not an object or has no string "name", tool_choice REQUIRED with no
- *  tool: the message says which); CONTEXT_FULL (the static prefix leaves fewer than 256 positions
+ *  tool, a bad validation value; and schemas no value can satisfy: an empty name, "enum": [],
+ *  minimum > maximum (exclusive forms too; no integer in an integer range), minLength >
+ *  maxLength, minItems > maxItems, an invalid or too complex "pattern" (> 4096 bytes or groups
+ *  nested > 64) or one matching no string: the message says "tool I ("NAME"): PATH: problem".
+ *  Duplicate names are accepted (§6.4: the first is the grammar's)); CONTEXT_FULL (the static prefix leaves fewer than 256 positions
  *  before max_seq_len); UNSUPPORTED (no tokenizer or chat markers); NO_MEMORY. *out is NULL on
  *  failure. */
 NEEDLE_API needle_status needle_chat_create(needle_model *model, const char *system,
@@ -460,7 +478,8 @@ NEEDLE_API needle_status needle_chat_render(needle_chat *chat, const char *text,
 /** One turn on `text` (a query, or tool results as JSON after a turn that returned calls):
  *  writes the NUL-terminated envelope of §7 (fields type, success, error, error_code, reason,
  *  function_calls, suppressed_calls, reasoning, confidence, prefill_tps, decode_tps,
- *  peak_ram_mb, in that order) and *len = its length without the NUL (len may be NULL).
+ *  peak_ram_mb, in that order, then "validation" when params.validation is on and the output
+ *  held a call) and *len = its length without the NUL (len may be NULL).
  *  Failures of the turn itself (invalid UTF-8, context full, truncation, schema violation) are
  *  envelopes with success false and NEEDLE_OK. If the envelope does not fit `cap`, writes the
  *  minimal envelope with error_code "buffer_too_small" when that fits (else "" when cap >= 1),

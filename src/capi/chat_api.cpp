@@ -76,6 +76,7 @@ needle::chat::ChatOptions options_of(const needle_chat_params &p) {
     o.require_required = p.require_required != 0;
     o.stop_needs_call = p.stop_needs_call != 0;
     o.sinks = p.sinks != 0;
+    o.validation = needle::chat::ValidationMode(p.validation);
     return o;
 }
 
@@ -96,6 +97,9 @@ needle_status read_params(const char *fn, const needle_chat_params *p, needle_ch
                                                          " (use 0 auto, 1 required, 2 none)");
     if (out.kv_type != NEEDLE_KV_F32 && out.kv_type != NEEDLE_KV_INT8)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "kv_type " + std::to_string(out.kv_type) + " (use 0 f32 or 1 int8)");
+    if (out.validation < NEEDLE_VALIDATION_OFF || out.validation > NEEDLE_VALIDATION_ANNOTATE)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "validation " + std::to_string(out.validation) +
+                                                         " (use 0 off, 1 suppress, 2 annotate)");
     return NEEDLE_OK;
 }
 
@@ -125,6 +129,7 @@ void needle_chat_params_init(needle_chat_params *p) {
     p->require_required = 1;
     p->stop_needs_call = 1;
     p->sinks = 1;
+    p->validation = NEEDLE_VALIDATION_OFF;
 }
 
 needle_status needle_chat_create(needle_model *model, const char *system, const char *tools_json,

@@ -152,6 +152,8 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
         set_failure(e, "invalid_input", "the turn text is not valid UTF-8");
         return write_envelope(e);
     }
+    if (turns_ == 0) user_text_.clear();
+    user_text_.append(text).push_back('\n');
     const bool rewound = !at_prefix_ && turns_ == 0;
     const size_t restored = rewound && !have_snapshot_ ? prefix_ids_.size() : 0;  // run this turn
     const uint32_t base = rewound ? uint32_t(prefix_ids_.size()) : seq_->pos;
@@ -187,7 +189,8 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
     ++turns_;
     finish_envelope(r, stop, e);
     last_had_calls_ = e.success && e.function_calls != "[]";
-    e.respond = e.respond || (e.success && tool_results && e.function_calls == "[]");
+    // A withheld call (§7.3) is not the model's "[]": the turn stays "call".
+    e.respond = e.respond || (e.success && tool_results && e.function_calls == "[]" && e.suppressed_calls == "[]");
     e.peak_ram_mb = peak_rss_mib();
     return write_envelope(e);
 }

@@ -15,6 +15,7 @@
 #include "chat/grammar.h"
 #include "chat/json.h"
 #include "chat/template.h"
+#include "chat/validation.h"
 #include "model/model.h"
 
 namespace needle {
@@ -29,6 +30,7 @@ struct ChatOptions {
     bool require_required = true;             // §6.4 switch: '}' only after every required key
     bool stop_needs_call = true;              // §6.3 switch: EOS / <|im_end|> masked until a call list closed
     bool sinks = true;                        // §10.3: the static prefix pinned as KV sinks
+    ValidationMode validation = ValidationMode::Off;  // §7.3 [C] serving layer (validation.h)
 };
 
 // Figures of the last turn (needle_chat_stats).
@@ -103,6 +105,7 @@ private:
     bool at_prefix_ = false;                // seq_ holds exactly the static prefix
     uint32_t turns_ = 0;                    // completed turns since the prefix
     bool last_had_calls_ = false;
+    std::string user_text_;                 // every turn's text since the prefix (§7.3 grounding)
     // Per-turn scratch, sized once here.
     std::vector<float> logits_;
     std::vector<uint64_t> mask_;

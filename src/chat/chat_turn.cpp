@@ -191,6 +191,12 @@ void Chat::finish_envelope(const TurnResult &r, Stop stop, Envelope &e) {
         return;
     }
     e.function_calls = canon;
+    if (opt_.validation != ValidationMode::Off && !calls.items.empty()) {
+        ValidationResult v = validate_calls(calls, user_text_, opt_.validation);
+        e.function_calls = std::move(v.function_calls);
+        e.suppressed_calls = std::move(v.suppressed_calls);
+        e.validation = std::move(v.validation);
+    }
 }
 
 }  // namespace chat

@@ -63,7 +63,7 @@ void number(std::string &out, const char *key, double v, int decimals) {
 
 std::string write_envelope(const Envelope &e) {
     std::string out = "{";
-    out.reserve(256 + e.function_calls.size() + e.suppressed_calls.size() + e.reasoning.size());
+    out.reserve(256 + e.function_calls.size() + e.suppressed_calls.size() + e.reasoning.size() + e.validation.size());
     field(out, "type");
     out += e.respond ? "\"respond\"" : "\"call\"";
     field(out, "success");
@@ -81,6 +81,10 @@ std::string write_envelope(const Envelope &e) {
     number(out, "prefill_tps", e.prefill_tps, 1);
     number(out, "decode_tps", e.decode_tps, 1);
     number(out, "peak_ram_mb", e.peak_ram_mb, 1);
+    if (!e.validation.empty()) {
+        field(out, "validation");
+        out += e.validation;
+    }
     out += '}';
     return out;
 }

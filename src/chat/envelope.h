@@ -18,10 +18,12 @@ struct Envelope {
     std::string reasoning;        // raw UTF-8 (valid: it comes from the detokenizer)
     double confidence = 0.0;      // rounded to 4 decimals when written
     double prefill_tps = 0.0, decode_tps = 0.0, peak_ram_mb = 0.0;  // 1 decimal
+    std::string validation;       // "" -> absent; else the §7.3 object's JSON text (validation.h)
 };
 
 // Fields in order: type, success, error, error_code, reason, function_calls, suppressed_calls,
-// reasoning, confidence, prefill_tps, decode_tps, peak_ram_mb. Non-ASCII raw (§7.1 [C]).
+// reasoning, confidence, prefill_tps, decode_tps, peak_ram_mb, then validation when set [O].
+// Non-ASCII raw (§7.1 [C]).
 std::string write_envelope(const Envelope &e);
 
 // Sets success false and the error fields. code "truncated" also sets reason "runtime_failure"
