@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "chat/tool_checks.h"
 #include "model/state_io.h"
 
 namespace needle {
@@ -94,6 +95,7 @@ void Chat::parse_tools(std::string_view tools_json) {
         const JsonValue *name = t.find("name");
         if (!name || name->kind != JsonValue::Kind::String)
             fail(NEEDLE_E_INVALID_ARGUMENT, strf("chat: tool %zu has no string \"name\"", i));
+        check_tool_strict(t, i);  // unsatisfiable schemas refused (tool_checks.h)
         // §6.4 [C]: a repeated name keeps its first definition for the grammar (all are rendered).
         bool seen = false;
         for (const JsonValue *g : grammar_tools_) seen = seen || g->find("name")->text == name->text;

@@ -1,0 +1,80 @@
+// Strict tools-list checks at needle_chat_create (src/chat/tool_checks.h): unsatisfiable
+// schemas are refused with INVALID_ARGUMENT and a message naming tool, path and problem; what
+// the spec accepts (duplicate names, patterns outside our subset) still creates.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "chat_util.h"
+
+using namespace chat_test;
+
+namespace {
+
+// A tool list of one tool "t" (after a valid tool "ok", so the index is 1) whose one property
+// has schema `prop`.
+std::string with_prop(const std::string &prop) {
+    return R"([{"name":"ok"},{"name":"t","parameters":{"type":"object","properties":{"v":)" + prop + "}}}]";
+}
+
+std::string refusal(const std::string &tools) {
+    needle_status st;
+    std::string msg;
+    Chat c = try_chat(tiny(), tools, params(), st, msg);
+    CHECK(st == NEEDLE_E_INVALID_ARGUMENT);
+    CHECK(c == nullptr);
+    return msg;
+}
+
+bool creates(const std::string &tools) {
+    needle_status st;
+    std::string msg;
+    Chat c = try_chat(tiny(), tools, params(), st, msg);
+    INFO(msg);
+    return st == NEEDLE_OK && c != nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("chat tool checks: schemas no value satisfies are refused, naming tool and path") {
+    const std::string at = "needle_chat_create: chat: tool 1 (\"t\"): parameters.properties.v: ";
+    CHECK(refusal(R"([{"name":"ok"},{"name":""}])") == "needle_chat_create: chat: tool 1 (\"\"): name: the name is empty");
+    CHECK(refusal(with_prop(R"({"enum":[]})")) == at + "\"enum\" is empty: no value can be written");
+    CHECK(refusal(with_prop(R"({"type":"integer","minimum":5,"maximum":3})")) ==
+          at + "the range minimum 5, maximum 3 admits no value");
+    CHECK(refusal(with_prop(R"({"type":"number","exclusiveMinimum":1.5,"maximum":1.5})")) ==
+          at + "the range exclusiveMinimum 1.5, maximum 1.5 admits no value");
+    CHECK(refusal(with_prop(R"({"type":"integer","minimum":1.2,"maximum":1.8})")) ==
+          at + "the range minimum 1.2, maximum 1.8 admits no value");
+    CHECK(refusal(with_prop(R"({"type":"string","minLength":4,"maxLength":2})")) == at + "minLength 4 > maxLength 2");
+    CHECK(refusal(with_prop(R"({"type":"array","minItems":3,"maxItems":1})")) == at + "minItems 3 > maxItems 1");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"[a"})")) ==
+          at + "\"pattern\" \"[a\" is not a valid regular expression");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"a{2,1}b"})")) ==
+          at + "\"pattern\" \"a{2,1}b\" is not a valid regular expression");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"^[^\\s\\S]$"})")) ==
+          at + "\"pattern\" \"^[^\\s\\S]$\" matches no string");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"^abcd$","maxLength":3})")) ==
+          at + "no string of at most maxLength 3 code points matches \"pattern\" \"^abcd$\"");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":")" + std::string(70, '(') + "a" + std::string(70, ')') + "\"}")) ==
+          at + "\"pattern\" nests groups 70 deep (at most 64)");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":")" + std::string(5000, 'a') + "\"}")) ==
+          at + "\"pattern\" of 5000 bytes (at most 4096)");
+    // Nested: inside array items and sub-objects, with the path.
+    CHECK(refusal(with_prop(R"({"type":"array","items":{"type":"object","properties":{"w":{"enum":[]}}}})")) ==
+          at.substr(0, at.size() - 2) + ".items.properties.w: \"enum\" is empty: no value can be written");
+}
+
+TEST_CASE("chat tool checks: what the spec accepts still creates") {
+    // §6.4: duplicate names keep the first definition for the grammar (all are rendered).
+    CHECK(creates(R"([{"name":"a"},{"name":"a","parameters":{"type":"object"}}])"));
+    // §6.4: a valid pattern outside our subset (lookahead) is checked after decoding.
+    CHECK(creates(with_prop(R"({"type":"string","pattern":"^(?=E)[A-Z]{3}$"})")));
+    // Satisfiable edges: equal bounds, one integer in range, equal counts.
+    CHECK(creates(with_prop(R"({"type":"integer","minimum":3,"maximum":3})")));
+    CHECK(creates(with_prop(R"({"type":"integer","minimum":1.2,"maximum":2.8})")));
+    CHECK(creates(with_prop(R"({"type":"number","minimum":1.5,"maximum":1.5})")));
+    CHECK(creates(with_prop(R"({"type":"string","minLength":2,"maxLength":2,"pattern":"^ab$"})")));
+    CHECK(creates(with_prop(R"({"type":"array","minItems":1,"maxItems":1})")));
+    CHECK(creates(with_prop(R"({"enum":[1]})")));
+}
