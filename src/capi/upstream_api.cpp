@@ -68,8 +68,19 @@ int needle_complete(const char *text, int max_new_tokens, char *out_buf, int out
     Global &g = global();
     std::lock_guard<std::mutex> lock(g.mu);
     if (out_buf && out_buf_size >= 1) out_buf[0] = '\0';
-    if (out_buf_size < 0) out_buf_size = 0;
-    if (max_new_tokens < 1) max_new_tokens = 0;  // needle_chat_complete refuses 0 with a message
+    // Argument errors name upstream's parameters and the value passed (a negative size or
+    // budget is reported as given, not as the 0 it would become in the chat call).
+    if (!text || !out_buf)
+        return fail(NEEDLE_E_INVALID_ARGUMENT, !text ? "needle_complete: text is NULL" : "needle_complete: out_buf is NULL");
+    if (out_buf_size < 2) {
+        const std::string m = "needle_complete: out_buf_size " + std::to_string(out_buf_size) +
+                              " (need at least 2 bytes: the envelope and its NUL)";
+        return fail(NEEDLE_E_INVALID_ARGUMENT, m.c_str());
+    }
+    if (max_new_tokens < 1) {
+        const std::string m = "needle_complete: max_new_tokens " + std::to_string(max_new_tokens) + " (must be >= 1)";
+        return fail(NEEDLE_E_INVALID_ARGUMENT, m.c_str());
+    }
     if (!g.chat) return fail(NEEDLE_E_INVALID_ARGUMENT, "needle_complete: call needle_init first");
     return neg(needle_chat_complete(g.chat, text, uint32_t(max_new_tokens), out_buf, size_t(out_buf_size), nullptr));
 }
