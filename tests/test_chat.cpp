@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api_util.h"
+#include "chat_util.h"
 #include "chat/completion.h"
 #include "chat/template.h"
 #include "chat/json.h"
@@ -19,10 +20,8 @@ namespace {
 
 using api_test::Model;
 
-struct ChatDel {
-    void operator()(needle_chat *c) const { needle_chat_free(c); }
-};
-using Chat = std::unique_ptr<needle_chat, ChatDel>;
+using chat_test::Chat;
+using chat_test::complete_text;
 
 std::string tc(const std::string &rel) { return fixtures::dir() + "/tool-calling/" + rel; }
 
@@ -164,15 +163,6 @@ const char kWeatherTool[] =
     R"([{"name": "get_weather", "description": "Get the weather for a city.", "parameters": {"type": "object", )"
     R"("properties": {"city": {"type": "string"}}, "required": ["city"]}}])";
 
-std::string complete_text(needle_chat *c, const std::string &text, uint32_t max_new_tokens) {
-    std::vector<char> buf(65536, 'x');
-    size_t len = 0;
-    const needle_status st = needle_chat_complete(c, text.c_str(), max_new_tokens, buf.data(), buf.size(), &len);
-    INFO("needle_chat_complete: " << needle_last_error());
-    REQUIRE(st == NEEDLE_OK);
-    REQUIRE(len == std::strlen(buf.data()));
-    return std::string(buf.data(), len);
-}
 }  // namespace
 
 TEST_CASE("chat: max_new_tokens 3 inside the call gives the official truncated envelope") {
