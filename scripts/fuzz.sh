@@ -8,7 +8,8 @@
 #   NEEDLE_FUZZ_BUILD   build/work folder (default ./build-fuzz): objects, binaries, the growing
 #                       working corpus (copied from fuzz/corpus, which is never modified) and
 #                       artifacts/<target>/ with every crash, leak, OOM or timeout input.
-#   NEEDLE_FUZZ_TARGETS targets to run (default "fuzz_load fuzz_tokenizer fuzz_tokenizer_blob fuzz_grammar")
+#   NEEDLE_FUZZ_TARGETS targets to run (default "fuzz_load fuzz_tokenizer fuzz_tokenizer_blob fuzz_grammar
+#                       fuzz_chat"; at the default 60 s each, about 5 minutes of fuzzing)
 #   NEEDLE_FUZZ_JOBS    parallel compile jobs (default: number of cores)
 #   CXX_FUZZ            clang++ to use (default clang++-14, else clang++)
 # A finding can be replayed with: build-fuzz/<target> build-fuzz/artifacts/<target>/crash-...
@@ -20,7 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=${1:-60}
 OUT=${NEEDLE_FUZZ_BUILD:-$ROOT/build-fuzz}
-TARGETS=${NEEDLE_FUZZ_TARGETS:-"fuzz_load fuzz_tokenizer fuzz_tokenizer_blob fuzz_grammar"}
+TARGETS=${NEEDLE_FUZZ_TARGETS:-"fuzz_load fuzz_tokenizer fuzz_tokenizer_blob fuzz_grammar fuzz_chat"}
 JOBS=${NEEDLE_FUZZ_JOBS:-$(nproc)}
 find_clang() { command -v clang++-14 || command -v clang++ || true; }
 CXX=${CXX_FUZZ:-$(find_clang)}
@@ -123,7 +124,10 @@ for t in $TARGETS; do
   # -rss_limit_mb / -malloc_limit_mb: any single allocation above 2 GB is a finding (validation
   # before allocation); -timeout: one input running over 60 s is a finding.
   dict=()
-  [ -f "$ROOT/fuzz/$t.dict" ] && dict=(-dict="$ROOT/fuzz/$t.dict")
+  dict_file="$ROOT/fuzz/$t.dict"
+  # fuzz_chat reads the same (tools_json NUL rest) layout as fuzz_grammar: the same keywords.
+  [ "$t" = fuzz_chat ] && dict_file="$ROOT/fuzz/fuzz_grammar.dict"
+  [ -f "$dict_file" ] && dict=(-dict="$dict_file")
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     "$OUT/$t" -max_total_time="$SECS" -timeout=60 -rss_limit_mb=3072 -malloc_limit_mb=2048 \
