@@ -7,13 +7,14 @@
 //   * create succeeds, or fails with INVALID_ARGUMENT / CONTEXT_FULL and a message;
 //   * render of valid UTF-8 succeeds, ends with the query's turn and is valid UTF-8; invalid
 //     UTF-8 is INVALID_ARGUMENT;
-//   * complete (max_new_tokens 4, tool_choice auto and required, validation off and on) returns
+//   * complete (max_new_tokens 4, then 48 after a reset so that short call lists close;
+//     tool_choice auto and required, validation off and on) returns
 //     NEEDLE_OK and an envelope that is strict JSON (nlohmann: no NaN) with the documented keys
 //     in order (plus "validation" last when on), known error codes, success iff no error_code,
 //     calls that are {"name", "arguments"} of a declared tool, confidence in [0, 1], finite
 //     non-negative figures;
 //   * a buffer of 8 bytes gives BUFFER_TOO_SMALL and "" (the minimal envelope does not fit);
-//   * reset and a second turn behave the same.
+//   * the same after reset.
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -129,10 +130,11 @@ void check_envelope(const std::string &text, const std::vector<std::string> *nam
     }
 }
 
-void turn(needle_chat *c, const std::string &query, const std::vector<std::string> *names, bool validation) {
+void turn(needle_chat *c, const std::string &query, uint32_t max_new_tokens, const std::vector<std::string> *names,
+          bool validation) {
     std::vector<char> buf(65536, 'x');
     size_t len = 0;
-    const needle_status st = needle_chat_complete(c, query.c_str(), 4, buf.data(), buf.size(), &len);
+    const needle_status st = needle_chat_complete(c, query.c_str(), max_new_tokens, buf.data(), buf.size(), &len);
     if (st != NEEDLE_OK) fuzz_fail("complete returned %d: %s", st, needle_last_error());
     if (buf[len] != '\0' || std::strlen(buf.data()) != len) fuzz_fail("envelope length or NUL");
     check_envelope(std::string(buf.data(), len), names, validation);
@@ -179,14 +181,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         Chat c(raw);
         check_render(c.get(), query);
-        turn(c.get(), query, names_known ? &names : nullptr, validation);
+        turn(c.get(), query, 4, names_known ? &names : nullptr, validation);
         char small[8];
         size_t len = 0;
         const needle_status s2 = needle_chat_complete(c.get(), query.c_str(), 1, small, sizeof small, &len);
         if (s2 != NEEDLE_E_BUFFER_TOO_SMALL || small[0] != '\0' || len < 100)
             fuzz_fail("8-byte buffer: status %d, first byte %d, len %zu", s2, small[0], len);
+        // After reset, a budget that lets a short call list close (calls, validation, suppression).
         needle_chat_reset(c.get());
-        turn(c.get(), query, names_known ? &names : nullptr, validation);
+        turn(c.get(), query, 48, names_known ? &names : nullptr, validation);
     }
     return 0;
 }

@@ -47,7 +47,8 @@ class Chat {
 public:
     // Parses and canonicalises the tools (§3.3), compiles the grammar, prefills the static
     // prefix. Throws Error: INVALID_ARGUMENT (bad JSON / UTF-8, not an array, a tool without a
-    // string "name", tool_choice required with no tool), CONTEXT_FULL (static prefix leaves
+    // string "name", tool_choice required with no tool, a schema no value satisfies:
+    // tool_checks.h), CONTEXT_FULL (static prefix leaves
     // fewer than kMinTurnRoom positions), UNSUPPORTED (no tokenizer / markers), NO_MEMORY.
     Chat(std::shared_ptr<const Model> model, std::string_view system, std::string_view tools_json,
          const ChatOptions &opt);
