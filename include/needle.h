@@ -481,8 +481,8 @@ NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
  *  minimum > maximum (exclusive forms too; no integer in an integer range), minLength >
  *  maxLength, minItems > maxItems, an invalid or too complex "pattern" (> 4096 bytes or groups
  *  nested > 64) or one matching no string: the message says "tool I ("NAME"): PATH: problem".
- *  Duplicate names are accepted (§6.4: the first is the grammar's)); CONTEXT_FULL (the static prefix leaves fewer than 256 positions
- *  before max_seq_len); UNSUPPORTED (no tokenizer or chat markers); NO_MEMORY. *out is NULL on
+ *  Duplicate names are accepted (§6.4: the first is the grammar's)); CONTEXT_FULL (the static
+ *  prefix leaves fewer than 256 positions before max_seq_len); UNSUPPORTED (no tokenizer or chat markers); NO_MEMORY. *out is NULL on
  *  failure. */
 NEEDLE_API needle_status needle_chat_create(needle_model *model, const char *system,
                                             const char *tools_json, const needle_chat_params *p,
