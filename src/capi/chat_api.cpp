@@ -80,12 +80,10 @@ needle::chat::ChatOptions options_of(const needle_chat_params &p) {
 }
 
 needle_chat_params chat_params_defaults() {
-    needle_chat_params d;
-    std::memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.tool_choice = NEEDLE_TOOL_CHOICE_AUTO, d.kv_type = NEEDLE_KV_F32;
-    d.grammar = 1, d.require_required = 1, d.stop_needs_call = 1, d.sinks = 1;
-    return d;
+    return needle::capi::params_defaults<needle_chat_params>([](needle_chat_params &d) {
+        d.tool_choice = NEEDLE_TOOL_CHOICE_AUTO, d.kv_type = NEEDLE_KV_F32;
+        d.grammar = 1, d.require_required = 1, d.stop_needs_call = 1, d.sinks = 1;
+    });
 }
 // The first layout ended after stop_needs_call; sinks was appended.
 constexpr size_t kChatParamsV1 = NEEDLE_FIELD_END(needle_chat_params, stop_needs_call);
