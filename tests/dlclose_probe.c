@@ -27,6 +27,7 @@ int main(int argc, char **argv) {
         SYM(needle_batch_create); SYM(needle_state_prefill); SYM(needle_state_free);
         SYM(needle_batch_free); SYM(needle_model_free);
         needle_model_params p;
+        p.struct_size = sizeof p; /* init writes only struct_size bytes */
         needle_model_params_init_p(&p);
         p.n_threads = 2;
         needle_model *m = NULL; needle_state *s = NULL; needle_batch *b = NULL;

@@ -199,6 +199,7 @@ TEST_CASE("api: NULL handles and out-pointers on every entry point") {
     mo = kSentinelModel;
     EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_model_load_file(path.c_str(), &mp, &mo), "struct_size");
     CHECK(mo == nullptr);
+    mp.struct_size = sizeof mp;  // init keeps the caller's struct_size (4 would write nothing)
     needle_model_params_init(&mp);
     mp.n_threads = -3;
     mo = kSentinelModel;

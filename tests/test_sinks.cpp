@@ -46,6 +46,19 @@ bool same(const std::vector<float> &a, const std::vector<float> &b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
+// Fed in chunks of 7 and 64, the last row of each chunk has the bits of `seq` (one at a time).
+void check_batched(const Model &m, const SequenceOptions &opt, const std::vector<uint32_t> &ids,
+                   const std::vector<std::vector<float>> &seq) {
+    for (uint32_t chunk : {7u, 64u}) {
+        const auto c = run(m, opt, ids, chunk);
+        for (size_t i = 0; i < c.size(); ++i) {
+            const size_t p = std::min<size_t>((i + 1) * chunk, ids.size()) - 1;
+            INFO("chunk " << chunk << " position " << p);
+            CHECK(same(c[i], seq[p]));
+        }
+    }
+}
+
 }  // namespace
 
 // Brute force: store key ids through the layout the attention uses, read slots lo..p as the
@@ -96,14 +109,7 @@ TEST_CASE("sinks: they change attention once the window passed them, and batched
     size_t differ = 0;
     for (size_t p = 48; p < a.size(); ++p) differ += !same(a[p], b[p]);
     CHECK(differ == a.size() - 48);
-    for (uint32_t chunk : {7u, 64u}) {
-        const auto c = run(*m, sinks, ids, chunk);
-        for (size_t i = 0; i < c.size(); ++i) {
-            const size_t p = std::min<size_t>((i + 1) * chunk, ids.size()) - 1;
-            INFO("chunk " << chunk << " position " << p);
-            CHECK(same(c[i], b[p]));
-        }
-    }
+    check_batched(*m, sinks, ids, b);
     // int8 KV with sinks: batched equals sequential too.
     sinks.kv_type = KvType::INT8;
     const auto s8 = run(*m, sinks, ids, 1), c8 = run(*m, sinks, ids, 64);
@@ -167,14 +173,7 @@ TEST_CASE("sinks: Needle 3 local layers keep the sink keys (all-global model bel
         for (size_t p = W + S; p < ids.size(); ++p) differ_plain += !same(a[p], b[p]), differ_global += !same(gl[p], b[p]);
         CHECK(differ_plain == ids.size() - W - S);
         CHECK(differ_global == ids.size() - W - S);
-        for (uint32_t chunk : {7u, 64u}) {
-            const auto c = run(*m, sinks, ids, chunk);
-            for (size_t i = 0; i < c.size(); ++i) {
-                const size_t p = std::min<size_t>((i + 1) * chunk, ids.size()) - 1;
-                INFO("chunk " << chunk << " position " << p);
-                CHECK(same(c[i], b[p]));
-            }
-        }
+        check_batched(*m, sinks, ids, b);
     }
     // Window plus sinks covering max_seq_len: every local layer is global, no sinks reported.
     SequenceOptions wide;

@@ -81,13 +81,11 @@ needle::chat::ChatOptions options_of(const needle_chat_params &p) {
 }
 
 needle_chat_params chat_params_defaults() {
-    needle_chat_params d;
-    std::memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.tool_choice = NEEDLE_TOOL_CHOICE_AUTO, d.kv_type = NEEDLE_KV_F32;
-    d.grammar = 1, d.require_required = 1, d.stop_needs_call = 1, d.sinks = 1;
-    d.validation = NEEDLE_VALIDATION_OFF;
-    return d;
+    return needle::capi::params_defaults<needle_chat_params>([](needle_chat_params &d) {
+        d.tool_choice = NEEDLE_TOOL_CHOICE_AUTO, d.kv_type = NEEDLE_KV_F32;
+        d.grammar = 1, d.require_required = 1, d.stop_needs_call = 1, d.sinks = 1;
+        d.validation = NEEDLE_VALIDATION_OFF;
+    });
 }
 // The first layout ended after stop_needs_call; sinks, then validation were appended. The end
 // offsets of every layout, for init and read alike (whole fields only: a pointer may follow).

@@ -49,6 +49,16 @@ inline size_t whole_field_bytes(uint32_t struct_size, std::initializer_list<size
     return n;
 }
 
+// A params struct of zeros with struct_size = sizeof(T), then `set` fills its defaults.
+template <class T, class Set>
+T params_defaults(Set &&set) {
+    T d;
+    std::memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    set(d);
+    return d;
+}
+
 // The body of every needle_*_params_init (ABI rule of needle.h): writes the defaults `d` over the
 // caller's `*p` for the fields that lie wholly within p->struct_size, which the caller set first,
 // and nothing past it, so that a program built against an older, shorter struct never has this

@@ -87,29 +87,23 @@ needle_status busy_error(const char *fn) {
 // Defaults of the params structs (needle.h), and where each struct's fields end: the first entry
 // is the end of its first layout (older callers), the later ones the fields appended since.
 needle_model_params model_params_defaults() {
-    needle_model_params d;
-    std::memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.use_mmap = 1, d.n_threads = 0, d.depth = 0;
-    return d;
+    return needle::capi::params_defaults<needle_model_params>([](needle_model_params &d) {
+        d.use_mmap = 1, d.n_threads = 0, d.depth = 0;
+    });
 }
 constexpr size_t kModelParamsV1 = NEEDLE_FIELD_END(needle_model_params, n_threads);
 
 needle_state_params state_params_defaults() {
-    needle_state_params d;
-    std::memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.kv_window = -1, d.kv_type = NEEDLE_KV_F32, d.max_tokens = 0;
-    return d;
+    return needle::capi::params_defaults<needle_state_params>([](needle_state_params &d) {
+        d.kv_window = -1, d.kv_type = NEEDLE_KV_F32, d.max_tokens = 0;
+    });
 }
 constexpr size_t kStateParamsV1 = NEEDLE_FIELD_END(needle_state_params, kv_window);
 
 needle_generate_params generate_params_defaults() {
-    needle_generate_params d;
-    std::memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.max_tokens = 128, d.temperature = 0.0f, d.top_k = 0, d.top_p = 1.0f, d.seed = 0, d.add_bos = 1;
-    return d;
+    return needle::capi::params_defaults<needle_generate_params>([](needle_generate_params &d) {
+        d.max_tokens = 128, d.temperature = 0.0f, d.top_k = 0, d.top_p = 1.0f, d.seed = 0, d.add_bos = 1;
+    });
 }
 
 template <class T>

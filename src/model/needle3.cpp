@@ -47,24 +47,36 @@ void fake_quantize(float *x, uint32_t m) {
     for (uint32_t i = 0; i < m; ++i) x[i] = float(code[i]) * scale;
 }
 
+// acc[0..w) = sum over i < n of a[i * a_stride] * z[i * z_stride + 0..w), i ascending from 0.0f:
+// per element the sum order of the plain loop `dst[j] += a * z[j]` over i (the same bits), with
+// the accumulators in registers (kW lanes at a time) instead of a store and reload per term.
+constexpr uint32_t kKronW = 16;
+inline void kron_dot(const float *a, size_t a_stride, const float *z, size_t z_stride, uint32_t n, uint32_t w,
+                     float *out) {
+    if (w == kKronW) {
+        float acc[kKronW] = {};
+        for (uint32_t i = 0; i < n; ++i) {
+            const float ai = a[i * a_stride];
+            const float *zi = z + i * z_stride;
+            for (uint32_t j = 0; j < kKronW; ++j) acc[j] += ai * zi[j];
+        }
+        std::memcpy(out, acc, sizeof acc);
+        return;
+    }
+    std::fill(out, out + w, 0.0f);
+    for (uint32_t i = 0; i < n; ++i)
+        for (uint32_t j = 0; j < w; ++j) out[j] += a[i * a_stride] * z[i * z_stride + j];
+}
+
 // out = A^T Z B with Z = in as [ba][bb], A [ba][ba], B [bb][bb] (model-v3.md §2.1); t1 scratch.
+// t1[k][j] = sum_i A[i][k] Z[i][j] (i ascending), out[k][l] = sum_j t1[k][j] B[j][l] (j ascending).
 void kron(const float *in, const float *A, const float *B, uint32_t ba, uint32_t bb, float *t1, float *out) {
-    std::fill(t1, t1 + size_t(ba) * bb, 0.0f);
-    for (uint32_t i = 0; i < ba; ++i)
-        for (uint32_t k = 0; k < ba; ++k) {
-            const float a = A[size_t(i) * ba + k];
-            float *dst = t1 + size_t(k) * bb;
-            const float *z = in + size_t(i) * bb;
-            for (uint32_t j = 0; j < bb; ++j) dst[j] += a * z[j];
-        }
-    std::fill(out, out + size_t(ba) * bb, 0.0f);
     for (uint32_t k = 0; k < ba; ++k)
-        for (uint32_t j = 0; j < bb; ++j) {
-            const float t = t1[size_t(k) * bb + j];
-            const float *b = B + size_t(j) * bb;
-            float *dst = out + size_t(k) * bb;
-            for (uint32_t l = 0; l < bb; ++l) dst[l] += t * b[l];
-        }
+        for (uint32_t j0 = 0; j0 < bb; j0 += kKronW)
+            kron_dot(A + k, ba, in + j0, bb, ba, std::min(kKronW, bb - j0), t1 + size_t(k) * bb + j0);
+    for (uint32_t k = 0; k < ba; ++k)
+        for (uint32_t l0 = 0; l0 < bb; l0 += kKronW)
+            kron_dot(t1 + size_t(k) * bb, 1, B + l0, bb, bb, std::min(kKronW, bb - l0), out + size_t(k) * bb + l0);
 }
 
 // Products W_j x for matrices sharing the input x[n][cols]: one prepared input per distinct
