@@ -55,6 +55,7 @@ int run_chat(needle_model *model, const char *tools_path, const char *system, in
         return 1;
     }
     needle_chat_params cp;
+    cp.struct_size = sizeof cp;
     needle_chat_params_init(&cp);
     cp.tool_choice = tool_choice;
     needle_chat *chat = NULL;

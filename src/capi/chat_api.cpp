@@ -76,21 +76,31 @@ needle::chat::ChatOptions options_of(const needle_chat_params &p) {
     o.require_required = p.require_required != 0;
     o.stop_needs_call = p.stop_needs_call != 0;
     o.sinks = p.sinks != 0;
+    o.retrieval_k = NEEDLE_CHAT_RETRIEVAL_K;
+    if (p.tool_index_path) o.tool_index_path = p.tool_index_path;  // copied: the caller may free it
     return o;
 }
 
+// Copies field `f` of *p into `out` iff the caller's struct_size covers all of it.
+#define NEEDLE_READ_FIELD(f)                                                     \
+    if (p->struct_size >= offsetof(needle_chat_params, f) + sizeof(p->f)) out.f = p->f
+
 needle_status read_params(const char *fn, const needle_chat_params *p, needle_chat_params &out) {
+    out.struct_size = sizeof out;
     needle_chat_params_init(&out);
     if (!p) return NEEDLE_OK;
-    const size_t v1 = offsetof(needle_chat_params, tool_choice) + sizeof(int32_t);
-    if (p->struct_size < v1)
+    if (p->struct_size < offsetof(needle_chat_params, tool_choice) + sizeof(int32_t))
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "params.struct_size " + std::to_string(p->struct_size) +
                                                          " is too small (call needle_chat_params_init)");
-    // Whole fields up to the caller's struct_size; later ones keep their defaults.
-    const size_t n = std::min<size_t>(p->struct_size, sizeof out);
-    std::memcpy(reinterpret_cast<char *>(&out) + sizeof(uint32_t), reinterpret_cast<const char *>(p) + sizeof(uint32_t),
-                (n - sizeof(uint32_t)) / sizeof(int32_t) * sizeof(int32_t));
-    out.struct_size = sizeof out;
+    // Whole fields up to the caller's struct_size, each at its own offset (fields of several
+    // widths); later ones keep their defaults.
+    NEEDLE_READ_FIELD(tool_choice);
+    NEEDLE_READ_FIELD(kv_type);
+    NEEDLE_READ_FIELD(grammar);
+    NEEDLE_READ_FIELD(require_required);
+    NEEDLE_READ_FIELD(stop_needs_call);
+    NEEDLE_READ_FIELD(sinks);
+    NEEDLE_READ_FIELD(tool_index_path);
     if (out.tool_choice < 0 || out.tool_choice > 2)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "tool_choice " + std::to_string(out.tool_choice) +
                                                          " (use 0 auto, 1 required, 2 none)");
@@ -98,6 +108,7 @@ needle_status read_params(const char *fn, const needle_chat_params *p, needle_ch
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "kv_type " + std::to_string(out.kv_type) + " (use 0 f32 or 1 int8)");
     return NEEDLE_OK;
 }
+#undef NEEDLE_READ_FIELD
 
 needle_status create_chat(const char *fn, std::shared_ptr<const needle::Model> model, const char *system,
                           const char *tools_json, const needle_chat_params &p, needle_chat **out) {
@@ -117,14 +128,21 @@ extern "C" {
 
 void needle_chat_params_init(needle_chat_params *p) {
     if (!p) return;
-    std::memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->tool_choice = NEEDLE_TOOL_CHOICE_AUTO;
-    p->kv_type = NEEDLE_KV_F32;
-    p->grammar = 1;
-    p->require_required = 1;
-    p->stop_needs_call = 1;
-    p->sinks = 1;
+    needle_chat_params d;
+    std::memset(&d, 0, sizeof d);
+    d.tool_choice = NEEDLE_TOOL_CHOICE_AUTO;
+    d.kv_type = NEEDLE_KV_F32;
+    d.grammar = 1;
+    d.require_required = 1;
+    d.stop_needs_call = 1;
+    d.sinks = 1;
+    d.tool_index_path = nullptr;
+    // Only the caller's struct_size bytes when it names an older, shorter layout (a binding's
+    // mirror made before tool_index_path): the struct grew, and writing sizeof would overrun it.
+    const size_t first = offsetof(needle_chat_params, tool_choice) + sizeof(int32_t);
+    const size_t n = p->struct_size >= first && p->struct_size < sizeof d ? p->struct_size : sizeof d;
+    d.struct_size = uint32_t(n);
+    std::memcpy(p, &d, n);
 }
 
 needle_status needle_chat_create(needle_model *model, const char *system, const char *tools_json,
