@@ -59,7 +59,9 @@ namespace Needle
         public Chat(Model model, string system = "", string toolsJson = "[]", ChatOptions options = null)
         {
             var o = options ?? new ChatOptions();
-            var p = new NativeMethods.ChatParams();
+            // struct_size first: needle_chat_params_init writes only the caller's struct_size bytes
+            // (this mirror stops before tool_index_path).
+            var p = new NativeMethods.ChatParams { struct_size = (uint)Marshal.SizeOf(typeof(NativeMethods.ChatParams)) };
             NativeMethods.needle_chat_params_init(ref p);
             p.tool_choice = (int)o.ToolChoice;
             p.kv_type = o.KvType;

@@ -34,7 +34,12 @@ pub struct ChatParams {
 impl Default for ChatParams {
     /// `needle_chat_params_init`'s values.
     fn default() -> Self {
-        let mut p = sys::needle_chat_params::default();
+        // struct_size first: needle_chat_params_init writes only the caller's struct_size bytes
+        // (this mirror stops before tool_index_path).
+        let mut p = sys::needle_chat_params {
+            struct_size: std::mem::size_of::<sys::needle_chat_params>() as u32,
+            ..Default::default()
+        };
         unsafe { sys::needle_chat_params_init(&mut p) };
         let tool_choice = match p.tool_choice {
             sys::NEEDLE_TOOL_CHOICE_REQUIRED => ToolChoice::Required,
@@ -73,7 +78,12 @@ pub const CHAT_BUFFER_SIZE: usize = 1 << 20;
 impl Chat {
     /// Starts a conversation: system facts and tools (a JSON array of schemas; "" = "[]").
     pub fn new(model: &Model, system: &str, tools_json: &str, params: &ChatParams) -> Result<Chat> {
-        let mut p = sys::needle_chat_params::default();
+        // struct_size first: needle_chat_params_init writes only the caller's struct_size bytes
+        // (this mirror stops before tool_index_path).
+        let mut p = sys::needle_chat_params {
+            struct_size: std::mem::size_of::<sys::needle_chat_params>() as u32,
+            ..Default::default()
+        };
         unsafe { sys::needle_chat_params_init(&mut p) };
         p.tool_choice = match params.tool_choice {
             ToolChoice::Auto => sys::NEEDLE_TOOL_CHOICE_AUTO,
