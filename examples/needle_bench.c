@@ -65,7 +65,8 @@ static uint32_t argmax(const float *v, uint32_t n) {
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
                "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--json] [--chat]\n"
-               "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools, the grammar's\n"
+               "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools (first time and\n"
+               "          from the tool index file), the grammar's\n"
                "          cost per call token next to the decode step's\n");
 }
 

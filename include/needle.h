@@ -465,7 +465,21 @@ typedef struct needle_chat_params {
     int32_t validation;       /* NEEDLE_VALIDATION_*, default OFF: the serving layer's call
                                  validation (§7.3 [C]); see the constants above. Added after
                                  sinks: a struct_size that ends before it means OFF */
+    const char *tool_index_path; /* NULL (default): with more than five tools, every tool is
+                                 embedded at create and nothing is written. Else the tool index
+                                 file (§9, format in src/chat/retrieval.h): entries that match
+                                 the model's fingerprint and a tool's canonical text are loaded,
+                                 the others embedded, and the file rewritten atomically when it
+                                 does not list exactly the current tools; a stale, damaged or
+                                 foreign file is rebuilt. Unused with five tools or fewer or a
+                                 model without the contrastive head. Copied at create. Added after
+                                 validation: a struct_size that ends before it means NULL */
 } needle_chat_params;
+
+/** Tool retrieval engages above this many tools; that many are rendered per turn (§9). */
+#define NEEDLE_CHAT_RETRIEVAL_K 5
+/** Most tools needle_chat_create accepts (a longer list is INVALID_ARGUMENT). */
+#define NEEDLE_CHAT_MAX_TOOLS 1024
 
 /** Fills `p` with defaults, only the fields within the caller's p->struct_size (set it first);
  *  struct_size < 24 or NULL is ignored. */
@@ -475,14 +489,24 @@ NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
  *  empty); `tools_json` (NULL = "[]") is parsed and re-serialised canonically (§3.3). The static
  *  prefix (BOS through the closing </tools>) is prefilled by the first turn and a copy of that
  *  state is kept, so reset() never prefills it again.
+ *  Tool retrieval (§9): with more than NEEDLE_CHAT_RETRIEVAL_K tools and a model with the
+ *  contrastive head, every tool is embedded here (or read from tool_index_path) and each query
+ *  turn renders, and constrains the call to, the NEEDLE_CHAT_RETRIEVAL_K best tools in
+ *  declaration order; a tool-result turn keeps the previous turn's selection. Without the head
+ *  every tool is rendered.
+ *  Cost: linear in the size of tools_json. At most NEEDLE_CHAT_MAX_TOOLS tools (counted before
+ *  parsing); the block must be able to fit the context (without retrieval: all tools; with it:
+ *  the NEEDLE_CHAT_RETRIEVAL_K largest), checked before any grammar or embedding work.
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL model/out, bad params, invalid JSON or UTF-8, not
- *  an array, a tool that is not an object or has no string "name", tool_choice REQUIRED with no
- *  tool, a bad validation value; and schemas no value can satisfy: an empty name, "enum": [],
- *  minimum > maximum (exclusive forms too; no integer in an integer range), minLength >
- *  maxLength, minItems > maxItems, an invalid or too complex "pattern" (> 4096 bytes or groups
- *  nested > 64) or one matching no string: the message says "tool I ("NAME"): PATH: problem".
- *  Duplicate names are accepted (§6.4: the first is the grammar's)); CONTEXT_FULL (the static
- *  prefix leaves fewer than 256 positions before max_seq_len); UNSUPPORTED (no tokenizer or chat markers); NO_MEMORY. *out is NULL on
+ *  an array, more than NEEDLE_CHAT_MAX_TOOLS tools, a tool that is not an object or has no
+ *  string "name", tool_choice REQUIRED with no tool, a bad validation value; and schemas no
+ *  value can satisfy: an empty name, "enum": [], minimum > maximum (exclusive forms too; no
+ *  integer in an integer range), minLength > maxLength, minItems > maxItems, an invalid or too
+ *  complex "pattern" (> 4096 bytes or groups nested > 64) or one matching no string: the
+ *  message says "tool I ("NAME"): PATH: problem". Duplicate names are accepted (§6.4: the
+ *  first is the grammar's)); CONTEXT_FULL (the static prefix leaves fewer than 256 positions
+ *  before max_seq_len); UNSUPPORTED (no tokenizer or chat markers); IO (tool_index_path cannot
+ *  be written); NO_MEMORY. *out is NULL on
  *  failure. */
 NEEDLE_API needle_status needle_chat_create(needle_model *model, const char *system,
                                             const char *tools_json, const needle_chat_params *p,
@@ -490,7 +514,10 @@ NEEDLE_API needle_status needle_chat_create(needle_model *model, const char *sys
 
 /** The exact UTF-8 text the next complete(text) would feed (no BOS): the whole prompt on the
  *  first turn, else the later-turn rendering (§10.2, starting with the previous turn's
- *  <|im_end|>). Writes it plus a NUL; *len = its length without the NUL. If cap < len + 1,
+ *  <|im_end|>). With retrieval, a query's text selects the tools (one embedding pass, reused by
+ *  the complete() of the same text); on a first turn that selection becomes the chat's (what
+ *  needle_chat_static_prefix_tokens reports); a follow-up query that selects other tools renders
+ *  the new static prefix, the conversation so far, then the turn (§10.3: what is re-fed). Writes it plus a NUL; *len = its length without the NUL. If cap < len + 1,
  *  writes nothing, reports *len and returns BUFFER_TOO_SMALL (out may be NULL with cap 0).
  *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL chat/text/len, invalid UTF-8); BUFFER_TOO_SMALL. */
 NEEDLE_API needle_status needle_chat_render(needle_chat *chat, const char *text, char *out,
@@ -522,7 +549,8 @@ NEEDLE_API void needle_chat_free(needle_chat *chat);
 NEEDLE_API needle_status needle_chat_tools_json(const needle_chat *chat, char *out, size_t cap,
                                                 size_t *len);
 
-/** Tokens of the static prefix (BOS included; the KV-sink / prefix-cache region, §10.3).
+/** Tokens of the static prefix (BOS included; the KV-sink / prefix-cache region, §10.3); with
+ *  retrieval, that of the current selection (0 before the first render or turn).
  *  Returns NEEDLE_OK or INVALID_ARGUMENT (NULL arguments). */
 NEEDLE_API needle_status needle_chat_static_prefix_tokens(const needle_chat *chat, uint32_t *n_tokens);
 
@@ -555,9 +583,9 @@ NEEDLE_API needle_status needle_chat_last_stats(const needle_chat *chat, needle_
 NEEDLE_API int needle_load(const char *blob, uint64_t size);
 
 /** Binds system facts (NULL = "") and tools (NULL = "[]") and starts a new conversation, as
- *  needle_chat_create with default params. Without needle_load the model is the file named by the
- *  environment variable NEEDLE_MODEL (loaded once). `tool_index_path` may be NULL; it is
- *  accepted and not used until tool retrieval is built (then it persists the tool embeddings).
+ *  needle_chat_create with default params and `tool_index_path` (NULL: not persisted; see
+ *  needle_chat_params.tool_index_path). Without needle_load the model is the file named by the
+ *  environment variable NEEDLE_MODEL (loaded once).
  *  Returns 0, or a negative code (no model, bad JSON/schema, static prefix too long, ...). */
 NEEDLE_API int needle_init(const char *system, const char *tools_json, const char *tool_index_path);
 

@@ -13,6 +13,9 @@
 #           logits v2: needle2*       the 13 MB model's full reference comparison (tens of
 #           fastpath: *needle2*       minutes under ASan); tiny/odd/ternary cover the same code
 #           kv int8: *needle2*        paths, and the corruption suite loads and runs needle2
+#           chat retrieval: a         needle2 conversations with a tool-selection rebuild and
+#             (follow-up|tool-result) a tool-result turn (about 4 and 2 min each under ASan on
+#                                     the shared VM); run by hand when the chat layer changes
 #   tsan  ThreadSanitizer: the threading tests (threads:*, and the api tests that use threads).
 #         oneTBB is not instrumented, so TSan cannot see its internal synchronisation: the
 #         threading tests cap TBB at one thread under TSan (why: scripts/tsan.supp, which
@@ -78,7 +81,7 @@ if [ "$MODE" = asan ] || [ "$MODE" = all ]; then
   if configure_and_build "$dir" "$san" "-fsanitize=address,undefined" needle needle_tests needle_demo_model dlclose_probe; then
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-      run_ctest asan "$dir" -E '^(isa\.|logits v2: needle2|fastpath: .*needle2|kv int8: .*needle2|v3 batched: needle3syn|v3 logits: needle3syn|chat\.upstream_python_client)'
+      run_ctest asan "$dir" -E '^(isa\.|logits v2: needle2|fastpath: .*needle2|kv int8: .*needle2|v3 batched: needle3syn|v3 logits: needle3syn|chat\.upstream_python_client|chat retrieval: a (follow-up|tool-result))'
   else
     echo "sanitize: asan build failed"
     failed=$((failed + 1))

@@ -88,15 +88,17 @@ TEST_CASE("api: params_init writes only the caller's struct_size bytes") {
         CHECK(gp.top_p == 1.0f);
         CHECK(gp.add_bos == 1);
     }
-    SUBCASE("chat: first layout ends after stop_needs_call, sinks and validation appended") {
+    SUBCASE("chat: first layout ends after stop_needs_call, sinks, validation and tool_index_path appended") {
         check_init<needle_chat_params>(needle_chat_params_init, {FIELD_END(needle_chat_params, stop_needs_call),
                                                                  FIELD_END(needle_chat_params, sinks),
-                                                                 FIELD_END(needle_chat_params, validation)});
+                                                                 FIELD_END(needle_chat_params, validation),
+                                                                 FIELD_END(needle_chat_params, tool_index_path)});
         needle_chat_params cp;
         cp.struct_size = sizeof cp;
         needle_chat_params_init(&cp);
         CHECK(cp.grammar == 1);
         CHECK(cp.sinks == 1);
         CHECK(cp.validation == NEEDLE_VALIDATION_OFF);
+        CHECK(cp.tool_index_path == nullptr);
     }
 }

@@ -59,7 +59,8 @@ namespace Needle
         public Chat(Model model, string system = "", string toolsJson = "[]", ChatOptions options = null)
         {
             var o = options ?? new ChatOptions();
-            // struct_size first: needle_*_params_init writes only the caller's struct_size bytes.
+            // struct_size first: needle_chat_params_init writes only the caller's struct_size bytes
+            // (this mirror stops before validation and tool_index_path).
             var p = new NativeMethods.ChatParams { struct_size = (uint)Marshal.SizeOf(typeof(NativeMethods.ChatParams)) };
             NativeMethods.needle_chat_params_init(ref p);
             p.tool_choice = (int)o.ToolChoice;

@@ -77,6 +77,8 @@ needle::chat::ChatOptions options_of(const needle_chat_params &p) {
     o.stop_needs_call = p.stop_needs_call != 0;
     o.sinks = p.sinks != 0;
     o.validation = needle::chat::ValidationMode(p.validation);
+    o.retrieval_k = NEEDLE_CHAT_RETRIEVAL_K;
+    if (p.tool_index_path) o.tool_index_path = p.tool_index_path;  // copied: the caller may free it
     return o;
 }
 
@@ -85,13 +87,16 @@ needle_chat_params chat_params_defaults() {
         d.tool_choice = NEEDLE_TOOL_CHOICE_AUTO, d.kv_type = NEEDLE_KV_F32;
         d.grammar = 1, d.require_required = 1, d.stop_needs_call = 1, d.sinks = 1;
         d.validation = NEEDLE_VALIDATION_OFF;
+        d.tool_index_path = nullptr;
     });
 }
-// The first layout ended after stop_needs_call; sinks, then validation were appended. The end
+// The first layout ended after stop_needs_call; sinks, validation, then tool_index_path were
+// appended. The end
 // offsets of every layout, for init and read alike (whole fields only: a pointer may follow).
 constexpr size_t kChatParamsV1 = NEEDLE_FIELD_END(needle_chat_params, stop_needs_call);
 #define NEEDLE_CHAT_FIELD_ENDS \
-    { kChatParamsV1, NEEDLE_FIELD_END(needle_chat_params, sinks), NEEDLE_FIELD_END(needle_chat_params, validation) }
+    { kChatParamsV1, NEEDLE_FIELD_END(needle_chat_params, sinks), NEEDLE_FIELD_END(needle_chat_params, validation), \
+      NEEDLE_FIELD_END(needle_chat_params, tool_index_path) }
 
 needle_status read_params(const char *fn, const needle_chat_params *p, needle_chat_params &out) {
     out = chat_params_defaults();

@@ -46,7 +46,6 @@ int needle_load(const char *blob, uint64_t size) {
 }
 
 int needle_init(const char *system, const char *tools_json, const char *tool_index_path) {
-    (void)tool_index_path;  // used once tool retrieval (spec §9) is built
     Global &g = global();
     std::lock_guard<std::mutex> lock(g.mu);
     if (!g.model) {
@@ -56,8 +55,12 @@ int needle_init(const char *system, const char *tools_json, const char *tool_ind
         const needle_status st = needle_model_load_file(path, nullptr, &g.model);
         if (st != NEEDLE_OK) return neg(st);
     }
+    needle_chat_params p;
+    p.struct_size = sizeof p;
+    needle_chat_params_init(&p);
+    p.tool_index_path = tool_index_path;  // §9: NULL = embeddings not persisted
     needle_chat *c = nullptr;
-    const needle_status st = needle_chat_create(g.model, system, tools_json, nullptr, &c);
+    const needle_status st = needle_chat_create(g.model, system, tools_json, &p, &c);
     if (st != NEEDLE_OK) return neg(st);  // the previous conversation stays as it was
     needle_chat_free(g.chat);
     g.chat = c;

@@ -17,14 +17,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Longest token byte string: a lower bound on the tokens of a text is bytes / this (a cheap
-// refusal of a tools block that cannot fit, before tokenising megabytes).
-size_t longest_piece(const Tokenizer &tok) {
-    size_t m = 1;
-    for (uint32_t i = 0; i < tok.size(); ++i) m = std::max(m, tok.token_bytes(i).size());
-    return m;
-}
-
 }  // namespace
 
 double combine_confidence(double p_head, double p_decode) {
@@ -41,42 +33,39 @@ Chat::Chat(std::shared_ptr<const Model> model, std::string_view system, std::str
     if (!utf8_valid(system)) fail(NEEDLE_E_INVALID_ARGUMENT, "chat: system text is not valid UTF-8");
     ids_ = marker_ids(*tok_);
     parse_tools(tools_json);
-    if (opt_.tool_choice == ToolChoice::Required && grammar_tools_.empty())
+    if (opt_.tool_choice == ToolChoice::Required && tool_texts_.empty())
         fail(NEEDLE_E_INVALID_ARGUMENT, "chat: tool_choice required needs at least one tool");
+    // §9: retrieval above retrieval_k tools, when the model has the contrastive head [C: without
+    // the head every tool is rendered, so the whole block must fit].
+    const bool retrieve = opt_.retrieval_k > 0 && tool_texts_.size() > opt_.retrieval_k &&
+                          model_->probe_head_dim(ProbeHead::Contrastive) > 0;
+    check_fit(retrieve);  // before any grammar or embedding work
 
     const ModelInfo &mi = model_->info();
-    const uint32_t room = mi.max_seq_len > kMinTurnRoom ? mi.max_seq_len - kMinTurnRoom : 0;
-    prefix_text_ = render_static_prefix(system_, tools_text_);
-    if (prefix_text_.size() / longest_piece(*tok_) + 1 > room)
-        fail(NEEDLE_E_CONTEXT_FULL, strf("chat: the static prefix (%zu bytes of system and tools) cannot fit "
-                                         "max_seq_len %u with %u positions left for the conversation",
-                                         prefix_text_.size(), mi.max_seq_len, kMinTurnRoom));
-    prefix_ids_.push_back(ids_.bos);
-    tok_->encode(prefix_text_, prefix_ids_);
-    if (prefix_ids_.size() > room)
-        fail(NEEDLE_E_CONTEXT_FULL, strf("chat: the static prefix is %zu tokens; max_seq_len %u leaves fewer "
-                                         "than %u positions for the conversation",
-                                         prefix_ids_.size(), mi.max_seq_len, kMinTurnRoom));
-
-    // Compiled with the grammar off too: the schemas are validated the same way, and the
-    // post-decode checks (§6.4) still apply to a free-decoded payload.
     token_bytes_ = std::make_unique<TokenBytes>(*tok_);
-    GrammarOptions go;
-    go.require_required = opt_.require_required;
-    grammar_ = Grammar::compile(grammar_tools_, go);
-    if (opt_.grammar) matcher_ = std::make_unique<GrammarMatcher>(grammar_, *token_bytes_);
-    SequenceOptions so;
-    so.kv_type = opt_.kv_type;
-    so.sink_tokens = opt_.sinks ? uint32_t(prefix_ids_.size()) : 0;
-    so.probe_heads = true;  // the confidence head (§8) pools while the conversation is fed
-    seq_ = model_->new_sequence(so);
-    prefix_seq_ = model_->new_sequence(so);
+    go_.require_required = opt_.require_required;
+    std::vector<uint32_t> all(tool_texts_.size());
+    for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+    if (retrieve) {
+        // Every schema is compiled once here, so a bad one fails create whatever a turn selects;
+        // each selection then compiles its own grammar (an unselected tool is unreachable).
+        std::vector<const JsonValue *> every;
+        for (const JsonValue &t : tools_.items) every.push_back(&t);
+        Grammar::compile(every, go_);
+        index_ = std::make_unique<ToolIndex>(model_, tool_texts_, opt_.tool_index_path);
+    } else {
+        std::string text;
+        std::vector<uint32_t> ids;
+        prefix_of(all, text, ids);
+        commit_selection(all, std::move(text), std::move(ids));
+    }
     step_ = model_->new_workspace(1);
     batch_ = model_->new_workspace(std::min<uint32_t>(32, mi.max_seq_len));
     logits_.resize(mi.vocab_size);
     mask_.resize((mi.vocab_size + 63) / 64);
     feed_ids_.reserve(mi.max_seq_len);
     gen_.reserve(mi.max_seq_len);
+    transcript_.reserve(mi.max_seq_len);
     turn_.payload.reserve(size_t(mi.max_seq_len) * 8);
     // The static prefix is prefilled by the first turn (a chat used only to render costs no
     // forward pass) and kept from then on for every reset.
@@ -85,9 +74,15 @@ Chat::Chat(std::shared_ptr<const Model> model, std::string_view system, std::str
 Chat::~Chat() = default;
 
 void Chat::parse_tools(std::string_view tools_json) {
+    // The count first, by a scan that allocates nothing: a huge list is refused before parsing.
+    const size_t n = count_array_items(tools_json);
+    if (n > kMaxTools)
+        fail(NEEDLE_E_INVALID_ARGUMENT, strf("chat: tools_json lists %zu tools; at most %zu are accepted", n, kMaxTools));
     tools_ = parse_json(tools_json);  // INVALID_ARGUMENT with a specific message
     if (tools_.kind != JsonValue::Kind::Array)
         fail(NEEDLE_E_INVALID_ARGUMENT, "chat: tools_json must be a JSON array of tool schemas");
+    tool_texts_.reserve(tools_.items.size());
+    tools_text_ = "[";
     for (size_t i = 0; i < tools_.items.size(); ++i) {
         const JsonValue &t = tools_.items[i];
         if (t.kind != JsonValue::Kind::Object)
@@ -96,12 +91,14 @@ void Chat::parse_tools(std::string_view tools_json) {
         if (!name || name->kind != JsonValue::Kind::String)
             fail(NEEDLE_E_INVALID_ARGUMENT, strf("chat: tool %zu has no string \"name\"", i));
         check_tool_strict(t, i);  // unsatisfiable schemas refused (tool_checks.h)
-        // §6.4 [C]: a repeated name keeps its first definition for the grammar (all are rendered).
-        bool seen = false;
-        for (const JsonValue *g : grammar_tools_) seen = seen || g->find("name")->text == name->text;
-        if (!seen) grammar_tools_.push_back(&t);
+        // §6.4 [C]: a repeated name keeps its first definition for the grammar (Grammar::compile
+        // skips the later ones); all are rendered.
+        tool_texts_.emplace_back();
+        write_canonical(t, tool_texts_.back());
+        if (i) tools_text_ += ',';
+        tools_text_ += tool_texts_.back();  // json.dumps of the list: the items' texts joined
     }
-    write_canonical(tools_, tools_text_);
+    tools_text_ += ']';
 }
 
 // The first call prefills the static prefix and keeps a copy of the state after it; every later
@@ -116,22 +113,39 @@ void Chat::restore_prefix() {
         have_snapshot_ = true;
     }
     at_prefix_ = true;
-    turns_ = 0;
-    last_had_calls_ = false;
 }
 
 void Chat::reset() {
-    if (!at_prefix_ || seq_->pos != prefix_ids_.size()) {
+    if (!at_prefix_ || !seq_ || seq_->pos != prefix_ids_.size()) {
         at_prefix_ = false;  // rewound lazily: the next turn restores (and counts) the prefix
         turns_ = 0;
         last_had_calls_ = false;
     }
 }
 
-std::string Chat::render(std::string_view text) const {
-    if (!utf8_valid(text)) fail(NEEDLE_E_INVALID_ARGUMENT, "chat: text is not valid UTF-8");
-    if (turns_ == 0) return prefix_text_ + render_first_turn_suffix(text);
+std::string Chat::turn_text(std::string_view text) const {
+    if (turns_ == 0) return render_first_turn_suffix(text);
     return render_later_turn(is_tool_result_turn() ? TurnKind::ToolResults : TurnKind::FollowUp, text);
+}
+
+std::string Chat::render(std::string_view text) {
+    if (!utf8_valid(text)) fail(NEEDLE_E_INVALID_ARGUMENT, "chat: text is not valid UTF-8");
+    std::string turn = turn_text(text);
+    if (index_ && !is_tool_result_turn()) {  // §9: a query turn selects its tools
+        const std::vector<uint32_t> want = wanted_selection(text);
+        if (want != selection_) {
+            std::string ptext;
+            std::vector<uint32_t> pids;
+            prefix_of(want, ptext, pids);
+            if (turns_ == 0) {
+                commit_selection(want, std::move(ptext), std::move(pids));
+            } else {  // §10.3 [C]: the new prefix, the transcript since the old one, the turn
+                return ptext + transcript_text_ + turn;
+            }
+        }
+    }
+    if (turns_ == 0) return prefix_text_ + turn;
+    return turn;
 }
 
 void Chat::turn_ids(std::string_view text, std::vector<uint32_t> &out) const {
@@ -143,7 +157,7 @@ void Chat::turn_ids(std::string_view text, std::vector<uint32_t> &out) const {
         encode_continuation(*tok_, ids_, s, out);
         out.erase(out.begin());  // the </tools> id, already in the prefix
     } else {
-        encode_continuation(*tok_, ids_, render(text), out);
+        encode_continuation(*tok_, ids_, turn_text(text), out);
     }
 }
 
@@ -154,32 +168,71 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
         set_failure(e, "invalid_input", "the turn text is not valid UTF-8");
         return write_envelope(e);
     }
-    if (turns_ == 0) user_text_.clear();
+    if (turns_ == 0) user_text_.clear();  // §7.3: the text every turn since the static prefix
     user_text_.append(text).push_back('\n');
-    const bool rewound = !at_prefix_ && turns_ == 0;
-    const size_t restored = rewound && !have_snapshot_ ? prefix_ids_.size() : 0;  // run this turn
-    const uint32_t base = rewound ? uint32_t(prefix_ids_.size()) : seq_->pos;
-    turn_ids(text, feed_ids_);
     const uint32_t Tmax = model_->info().max_seq_len;
-    if (size_t(base) + feed_ids_.size() + 1 > Tmax) {  // room for the turn and one token
+    const bool tool_results = is_tool_result_turn();
+    turn_ids(text, feed_ids_);
+    // §9: a query turn selects its tools; a tool-result turn keeps the previous selection. A
+    // follow-up query that changes it replays the transcript after the new prefix (§10.3 [C]).
+    bool replay = false;
+    if (index_ && !tool_results) {
+        const std::vector<uint32_t> want = wanted_selection(text);
+        if (want != selection_) {
+            std::string ptext;
+            std::vector<uint32_t> pids;
+            try {
+                prefix_of(want, ptext, pids);
+            } catch (const Error &err) {
+                if (err.code() != NEEDLE_E_CONTEXT_FULL) throw;
+                set_failure(e, "context_full", err.what());
+                return write_envelope(e);
+            }
+            const size_t replayed = turns_ > 0 ? transcript_.size() : 0;
+            if (pids.size() + replayed + feed_ids_.size() + 1 > Tmax) {
+                set_failure(e, "context_full",
+                            strf("context full: the new tool selection's prefix (%zu tokens), the conversation "
+                                 "(%zu) and the turn (%zu) do not fit max_seq_len %u; call reset",
+                                 pids.size(), replayed, feed_ids_.size(), Tmax));
+                return write_envelope(e);
+            }
+            replay = turns_ > 0;
+            commit_selection(want, std::move(ptext), std::move(pids));
+        }
+    }
+    const bool rewound = replay || (!at_prefix_ && turns_ == 0);
+    const size_t replayed = replay ? transcript_.size() : 0;
+    const size_t restored = (rewound && !have_snapshot_ ? prefix_ids_.size() : 0) + replayed;  // run this turn
+    const size_t base = rewound ? prefix_ids_.size() + replayed : seq_->pos;
+    if (base + feed_ids_.size() + 1 > Tmax) {  // room for the turn and one token
         set_failure(e, "context_full",
-                    strf("context full: the turn of %zu tokens at position %u does not fit max_seq_len %u; "
+                    strf("context full: the turn of %zu tokens at position %zu does not fit max_seq_len %u; "
                          "call reset", feed_ids_.size(), base, Tmax));
         return write_envelope(e);
     }
-    const bool tool_results = is_tool_result_turn();
     auto t0 = std::chrono::steady_clock::now();
     if (rewound) restore_prefix();
+    if (replay) {
+        feed(*model_, *seq_, *batch_, transcript_.data(), transcript_.size(), nullptr);
+    } else if (turns_ == 0) {
+        transcript_.clear();
+        transcript_text_.clear();
+    }
     feed(*model_, *seq_, *batch_, feed_ids_.data(), feed_ids_.size(), logits_.data());
     const double prefill_s = seconds_since(t0);
     at_prefix_ = false;
     if (prefill_s > 0) e.prefill_tps = double(feed_ids_.size() + restored) / prefill_s;
+    transcript_.insert(transcript_.end(), feed_ids_.begin(), feed_ids_.end());
+    if (index_) transcript_text_ += turn_text(text);  // only a rebuild's render needs the text
 
     std::string payload = std::move(turn_.payload);  // keeps its capacity: no growth per step
     turn_ = TurnResult{};
     turn_.payload = std::move(payload);
     TurnResult &r = turn_;
     const Stop stop = decode(max_new_tokens, r);
+    transcript_.insert(transcript_.end(), gen_.begin(), gen_.end());  // every generated id was fed
+    if (index_)
+        for (uint32_t id : gen_) append_token_bytes(*tok_, id, transcript_text_);
     if (r.decode_s > 0) e.decode_tps = r.generated / r.decode_s;
     stats_ = TurnStats{};
     stats_.prefill_tokens = uint32_t(feed_ids_.size() + restored);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <regex>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -254,11 +255,12 @@ std::shared_ptr<const Grammar> Grammar::compile(const std::vector<const JsonValu
     Compiler c(*g, opt);
     c.any_nodes();
     std::vector<Lit> calls;
+    std::unordered_set<std::string_view> seen;  // linear in the tool count (a list search was quadratic)
     for (const JsonValue *t : tools) {
         const JsonValue *name = member(t, "name");
         if (!name || name->kind != JsonValue::Kind::String) continue;
         // [C] duplicate names keep the first definition for the grammar (§6.4).
-        if (std::find(g->tool_names_.begin(), g->tool_names_.end(), name->text) != g->tool_names_.end()) continue;
+        if (seen.count(name->text)) continue;
         const JsonValue *params = member(t, "parameters");
         // [C] no parameters, or non-object parameters: any JSON object.
         uint32_t node = (params && params->kind == JsonValue::Kind::Object) ? c.schema(params, 1) : c.any_object();
@@ -269,6 +271,7 @@ std::shared_ptr<const Grammar> Grammar::compile(const std::vector<const JsonValu
         lit += ",\"arguments\":";
         calls.push_back({std::move(lit), uint32_t(g->tool_names_.size())});
         g->tool_names_.push_back(name->text);
+        seen.insert(name->text);
         g->tool_params_.push_back(node);
     }
     Node root;

@@ -18,6 +18,28 @@ const JsonValue *JsonValue::find(std::string_view key) const {
     return nullptr;
 }
 
+size_t count_array_items(std::string_view json) {
+    size_t i = 0;
+    while (i < json.size() && (json[i] == ' ' || json[i] == '\t' || json[i] == '\n' || json[i] == '\r')) ++i;
+    if (i == json.size() || json[i] != '[') return 0;
+    size_t depth = 0, commas = 0;
+    bool in_string = false, content = false;
+    for (; i < json.size(); ++i) {
+        const char c = json[i];
+        if (in_string) {
+            if (c == '\\') ++i;  // the escaped byte cannot end the string
+            else if (c == '"') in_string = false;
+            continue;
+        }
+        if (c == '"') in_string = true;
+        else if (c == '[' || c == '{') ++depth;
+        else if ((c == ']' || c == '}') && depth > 0 && --depth == 0) break;
+        else if (c == ',' && depth == 1) ++commas;
+        if (depth >= 1 && c != ' ' && c != '\t' && c != '\n' && c != '\r' && !(depth == 1 && c == '[')) content = true;
+    }
+    return content ? commas + 1 : 0;
+}
+
 namespace {
 
 [[noreturn]] void bad(size_t at, const char *what) {

@@ -44,6 +44,11 @@ struct JsonLimits {
 // which write_canonical_string turns back into the escape.
 JsonValue parse_json(std::string_view utf8, const JsonLimits &limits = {});
 
+// Elements of a top-level JSON array, counted by one scan that allocates nothing (commas at
+// depth 1 outside strings), so a caller can refuse a huge list before parsing it. Only a bound
+// for a valid array; 0 when the text does not start with '[' (the parser then says why).
+size_t count_array_items(std::string_view json);
+
 // Appends json.dumps(v, separators=(",", ":"), ensure_ascii=True) of v (§3.3). Iterative.
 void write_canonical(const JsonValue &v, std::string &out);
 

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <string_view>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "model/probe_heads.h"
@@ -56,9 +59,14 @@ ToolIndex::ToolIndex(std::shared_ptr<const Model> model, const std::vector<std::
     std::vector<float> file_rows;
     const bool have_file = !index_path.empty() && read_file(index_path, file_hashes, file_rows);
     bool exact = have_file && file_hashes.size() == count_;
+    // Hash -> first row of the file: one lookup per tool (linear in the tool count).
+    std::unordered_map<std::string_view, size_t> row_of;
+    row_of.reserve(file_hashes.size());
+    for (size_t j = 0; j < file_hashes.size(); ++j)
+        row_of.emplace(std::string_view(reinterpret_cast<const char *>(file_hashes[j].data()), 32), j);
     for (size_t i = 0; i < count_; ++i) {
-        size_t j = 0;
-        while (j < file_hashes.size() && file_hashes[j] != text_hash_[i]) ++j;
+        const auto it = row_of.find(std::string_view(reinterpret_cast<const char *>(text_hash_[i].data()), 32));
+        const size_t j = it == row_of.end() ? file_hashes.size() : it->second;
         if (j < file_hashes.size()) {
             std::copy_n(file_rows.data() + j * dim_, dim_, emb_.data() + i * dim_);
             exact = exact && j == i;
@@ -122,12 +130,22 @@ bool ToolIndex::read_file(const std::string &path, std::vector<Sha256::Digest> &
         return false;
     const uint64_t entry = 32 + uint64_t(4) * dim;
     if ((b.size() - kHeader) % entry != 0 || (b.size() - kHeader) / entry != count) return false;
-    hashes.resize(count);
-    rows.resize(size_t(count) * dim);
+    hashes.clear();
+    rows.clear();
+    hashes.reserve(count);
+    rows.reserve(size_t(count) * dim);
+    std::vector<float> row(dim);
     for (uint32_t i = 0; i < count; ++i) {
         const uint8_t *e = b.data() + kHeader + i * entry;
-        std::memcpy(hashes[i].data(), e, 32);
-        std::memcpy(rows.data() + size_t(i) * dim, e + 32, size_t(4) * dim);
+        std::memcpy(row.data(), e + 32, size_t(4) * dim);
+        // The format has no checksum: a row that is not a finite unit vector (what embed writes)
+        // is damaged; it is left out, so that tool is embedded again.
+        double norm2 = 0.0;
+        for (float v : row) norm2 += double(v) * double(v);
+        if (!std::isfinite(norm2) || std::fabs(norm2 - 1.0) > 1e-3) continue;
+        hashes.emplace_back();
+        std::memcpy(hashes.back().data(), e, 32);
+        rows.insert(rows.end(), row.begin(), row.end());
     }
     return true;
 }

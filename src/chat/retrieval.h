@@ -9,7 +9,8 @@
 //   then per tool a 32-byte sha256 of its canonical text and dim f32.
 // An entry whose text hash is in the file is taken from it; the others are embedded, and the
 // file is rewritten atomically (temporary file + rename) whenever it does not list exactly the
-// current tools. A file that is unreadable, damaged or for another model is ignored (rebuilt).
+// current tools. A file that is unreadable, damaged or for another model is ignored (rebuilt);
+// so is an entry whose row is not a finite unit vector (the format has no checksum).
 #pragma once
 
 #include <cstdint>

@@ -34,7 +34,8 @@ pub struct ChatParams {
 impl Default for ChatParams {
     /// `needle_chat_params_init`'s values.
     fn default() -> Self {
-        // struct_size first: needle_*_params_init writes only the caller's struct_size bytes.
+        // struct_size first: needle_chat_params_init writes only the caller's struct_size bytes
+        // (this mirror stops before validation and tool_index_path).
         let mut p = sys::needle_chat_params {
             struct_size: std::mem::size_of::<sys::needle_chat_params>() as u32,
             ..Default::default()
@@ -77,7 +78,8 @@ pub const CHAT_BUFFER_SIZE: usize = 1 << 20;
 impl Chat {
     /// Starts a conversation: system facts and tools (a JSON array of schemas; "" = "[]").
     pub fn new(model: &Model, system: &str, tools_json: &str, params: &ChatParams) -> Result<Chat> {
-        // struct_size first: needle_*_params_init writes only the caller's struct_size bytes.
+        // struct_size first: needle_chat_params_init writes only the caller's struct_size bytes
+        // (this mirror stops before validation and tool_index_path).
         let mut p = sys::needle_chat_params {
             struct_size: std::mem::size_of::<sys::needle_chat_params>() as u32,
             ..Default::default()
