@@ -64,8 +64,8 @@ fi
 # printed per group, per test case in build-arm64/qemu-<group>.log):
 #   kernels:*          every kernel of the neon table against scalar; cpu features (HWCAP)
 #   logits             logits v2 of tiny, odd and ternary against the upstream reference (every
-#                      prompt position and decode step); v3 logits: tiny3 short cases (prompts up
-#                      to 65 tokens and the ladder rungs, f32 and int8 KV, against the peer)
+#                      prompt position and decode step); v3 logits: tiny3 short cases (five:
+#                      chat f32 and int8 KV, past the window, past the chunk, a ladder rung)
 #   batched            fastpath: short batched == sequential on tiny, odd and ternary; forced ISA
 #                      (neon active); build:* (logits bits for n_threads 1 and 4)
 #   kv-int8            kv int8 on tiny (error against the reference, batched == one at a time,
@@ -75,7 +75,9 @@ fi
 # the 2-core CI machine in brackets where measured):
 #   fastpath: batched == sequential: tiny, tiny window overrides, odd (> 190 s), ternary: the
 #     short variant above runs the same checks on fewer prompt lengths and chunk sizes;
-#   v3 logits: tiny3 cases (> 110 s; all 27 cases, prompts up to 200 tokens): the short variant;
+#   v3 logits: tiny3 cases (> 110 s; all 27 cases, prompts up to 200 tokens; 21 of them took
+#     > 230 s): the short variant runs five;
+#   batched: the short variant with two prompt lengths per model took > 230 s with build:*;
 #   api: CONTEXT_FULL at max_seq_len (fills tiny's 512 and odd's 256 positions twice) and
 #     api: batched prefill is bit-identical to unbatched (tiny, odd) (1,000+ positions per
 #     model; the short batched group covers it); api:* in all took > 140 s;
