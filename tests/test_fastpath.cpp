@@ -463,6 +463,15 @@ TEST_CASE("fastpath: batched == sequential: ternary") {
     batched_vs_sequential("ternary", Plan{{1, 2, 47, 48, 49, 97, 150}, kSmallCaps});
 }
 
+// The cases above in a few prompts, for the arm64 run under qemu (scripts/cross-arm64.sh), where
+// they take minutes each: past two windows of 48 with chunks below, at and above it (and the
+// split feeds on tiny); odd filled to its last position in one chunk of max_seq_len.
+TEST_CASE("fastpath: short batched == sequential (emulated runs): tiny, odd, ternary") {
+    batched_vs_sequential("tiny", Plan{{97}, {7, 48, 64}});
+    batched_vs_sequential("ternary", Plan{{97}, {7, 64}, false});
+    batched_vs_sequential("odd", Plan{{250}, {256}, false});
+}
+
 TEST_CASE("fastpath: batched == sequential: needle2") {
     // Window 256: 300 and 600 are past it; 7 and 128 divide neither; 700 is larger than both.
     batched_vs_sequential("needle2", Plan{{300, 600}, {7, 128, 700}, false, -1, false});
