@@ -118,6 +118,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--init", default="", help="start from this checkpoint's weights")
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--eval-n", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1)
@@ -137,6 +138,8 @@ def main():
     g = needle2.Geometry(**DEMO_GEOMETRY)
     model = needle2.Needle2(g)
     model.init_weights(args.seed)
+    if args.init:  # continue from a checkpoint's weights (a fresh optimizer and schedule)
+        model.load_arrays(torch.load(args.init)["arrays"])
     n_params = sum(p.numel() for p in model.parameters())
     print("train %d examples, prefix %d tokens, %d parameters" % (len(train.rows), P, n_params),
           flush=True)
