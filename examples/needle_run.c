@@ -5,8 +5,11 @@
  *   needle-run [--model FILE] --tools FILE [--system TEXT] [--tool-choice auto|required|none]
  *              [--max-tokens N] "query"      one tool-calling turn: prints the JSON envelope
  *
- * Without --model it runs the demo model written at build time (random weights: its text is
- * noise, but every step of the engine runs). Uses only needle.h. */
+ * Without --model it runs the demo model built into libneedle (needle_model_load_builtin: a
+ * small model trained to call the four tools of models/needle-demo.tools.json) and, unless
+ * --tools is given, one tool-calling turn with those tools: `needle-run "Set a timer for 5
+ * minutes"` prints a set_timer call. A build without the built-in model loads the copy in the
+ * build tree (NEEDLE_DEMO_MODEL) and the tools file beside it. Uses only needle.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,9 @@
 
 #ifndef NEEDLE_DEMO_MODEL
 #define NEEDLE_DEMO_MODEL "needle-demo.cact"
+#endif
+#ifndef NEEDLE_DEMO_TOOLS
+#define NEEDLE_DEMO_TOOLS "needle-demo.tools.json"
 #endif
 
 static int on_token(uint32_t token, const char *text, size_t len, void *user) {
@@ -33,7 +39,8 @@ static void usage(FILE *f) {
             "                  [--top-p P] [--seed S] [--threads N] \"prompt\"\n"
             "       needle-run [--model FILE] --tools FILE [--system TEXT]\n"
             "                  [--tool-choice auto|required|none] [--max-tokens N] \"query\"\n"
-            "  --model FILE     a Needle 2 or Needle 3 .cact container (default: the bundled demo model)\n"
+            "  --model FILE     a Needle 2 or Needle 3 .cact container (default: the built-in demo\n"
+            "                   model, run as a tool-calling turn with its tools)\n"
             "  --max-tokens N   tokens to generate (default 64)\n"
             "  --temperature T  0 = greedy (default); > 0 samples\n"
             "  --top-k K, --top-p P, --seed S   sampling controls\n"
@@ -62,8 +69,8 @@ static int fail(const char *what, needle_status st) {
 }
 
 int main(int argc, char **argv) {
-    const char *model_path = NEEDLE_DEMO_MODEL;
-    const char *tools_path = NULL, *system = "";
+    const char *model_path = NULL; /* NULL: the built-in demo model */
+    const char *tools_path = NULL, *tools_text = NULL, *system = "";
     int tool_choice = NEEDLE_TOOL_CHOICE_AUTO, max_set = 0;
     const char *prompt = NULL;
     needle_generate_params gp;
@@ -111,10 +118,19 @@ int main(int argc, char **argv) {
     needle_model *model = NULL;
     needle_state *state = NULL;
     needle_batch *batch = NULL;
-    needle_status st = needle_model_load_file(model_path, &mp, &model);
-    if (st != NEEDLE_OK) return fail(model_path, st);
-    if (tools_path) {
-        const int rc = run_chat(model, tools_path, system, tool_choice, max_set ? gp.max_tokens : 256, prompt);
+    needle_status st;
+    if (model_path) st = needle_model_load_file(model_path, &mp, &model);
+    else if ((st = needle_model_load_builtin(&mp, &model)) == NEEDLE_OK) {
+        if (!tools_path) tools_text = needle_builtin_tools_json();
+    } else if (st == NEEDLE_E_UNSUPPORTED) { /* built without it: the build tree's copy */
+        model_path = NEEDLE_DEMO_MODEL;
+        if (!tools_path) tools_path = NEEDLE_DEMO_TOOLS;
+        st = needle_model_load_file(model_path, &mp, &model);
+    }
+    if (st != NEEDLE_OK) return fail(model_path ? model_path : "built-in model", st);
+    if (tools_path || tools_text) {
+        const int rc = run_chat(model, tools_path, tools_text, system, tool_choice,
+                                max_set ? gp.max_tokens : 256, prompt);
         needle_model_free(model);
         return rc;
     }

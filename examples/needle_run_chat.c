@@ -47,10 +47,10 @@ static void print_pretty(const char *s) {
     putchar('\n');
 }
 
-int run_chat(needle_model *model, const char *tools_path, const char *system, int tool_choice,
-             uint32_t max_tokens, const char *query) {
-    char *tools = read_file(tools_path);
-    if (!tools) {
+int run_chat(needle_model *model, const char *tools_path, const char *tools_text,
+             const char *system, int tool_choice, uint32_t max_tokens, const char *query) {
+    char *tools = tools_text ? NULL : read_file(tools_path);
+    if (!tools && !tools_text) {
         fprintf(stderr, "needle-run: cannot read %s\n", tools_path);
         return 1;
     }
@@ -59,10 +59,11 @@ int run_chat(needle_model *model, const char *tools_path, const char *system, in
     needle_chat_params_init(&cp);
     cp.tool_choice = tool_choice;
     needle_chat *chat = NULL;
-    needle_status st = needle_chat_create(model, system, tools, &cp, &chat);
+    needle_status st = needle_chat_create(model, system, tools_text ? tools_text : tools, &cp, &chat);
     free(tools);
     if (st != NEEDLE_OK) {
-        fprintf(stderr, "needle-run: %s: %s (%s)\n", tools_path, needle_last_error(), needle_status_string(st));
+        fprintf(stderr, "needle-run: %s: %s (%s)\n", tools_text ? "built-in tools" : tools_path,
+                needle_last_error(), needle_status_string(st));
         return 1;
     }
     size_t cap = 65536, len = 0;

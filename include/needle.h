@@ -164,6 +164,17 @@ NEEDLE_API needle_status needle_model_load_memory(const void *data, size_t size,
                                                   const needle_model_params *p,
                                                   needle_model **out);
 
+/** Loads the demo model compiled into this library (models/needle-demo.cact: a small Needle 2
+ *  trained to call the tools of needle_builtin_tools_json(); CMake option NEEDLE_BUILTIN_MODEL,
+ *  on by default; models/README.md is its model card), as needle_model_load_memory would.
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL out, bad params); UNSUPPORTED (this build has no
+ *  built-in model); NO_MEMORY. *out is NULL on failure. */
+NEEDLE_API needle_status needle_model_load_builtin(const needle_model_params *p, needle_model **out);
+
+/** The tools JSON array the built-in model was trained for (models/needle-demo.tools.json, for
+ *  needle_chat_create), or NULL when this build has no built-in model. Static text. Any thread. */
+NEEDLE_API const char *needle_builtin_tools_json(void);
+
 /** Releases the caller's reference. States and batches made from the model keep it alive until
  *  they are freed too. NULL is ignored. */
 NEEDLE_API void needle_model_free(needle_model *model);
@@ -585,7 +596,8 @@ NEEDLE_API int needle_load(const char *blob, uint64_t size);
 /** Binds system facts (NULL = "") and tools (NULL = "[]") and starts a new conversation, as
  *  needle_chat_create with default params and `tool_index_path` (NULL: not persisted; see
  *  needle_chat_params.tool_index_path). Without needle_load the model is the file named by the
- *  environment variable NEEDLE_MODEL (loaded once).
+ *  environment variable NEEDLE_MODEL (loaded once), else the built-in demo model
+ *  (needle_model_load_builtin; a build without one returns -NEEDLE_E_INVALID_ARGUMENT).
  *  Returns 0, or a negative code (no model, bad JSON/schema, static prefix too long, ...). */
 NEEDLE_API int needle_init(const char *system, const char *tools_json, const char *tool_index_path);
 

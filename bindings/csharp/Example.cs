@@ -1,6 +1,7 @@
 // Streams generated text:  mono Example.exe [MODEL.cact] [PROMPT]
 // Without a model argument it runs the demo model ($NEEDLE_DEMO_MODEL, else
-// $NEEDLE_LIB_DIR/models/needle-demo.cact): random weights, so its text is noise.
+// $NEEDLE_LIB_DIR/models/needle-demo.cact): the trained tool-calling demo model, prompted
+// without the chat template.
 using System;
 using System.IO;
 

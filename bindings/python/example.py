@@ -2,7 +2,8 @@
 """Streams generated text: example.py [MODEL.cact] [PROMPT]
 
 Without a model argument it runs the demo model ($NEEDLE_DEMO_MODEL, else the repository's
-build/models/needle-demo.cact: random weights, so its text is noise)."""
+build/models/needle-demo.cact: the trained tool-calling demo model, prompted without the
+chat template)."""
 import os
 import sys
 

@@ -13,7 +13,7 @@ namespace {
 
 struct Global {
     std::mutex mu;
-    needle_model *model = nullptr;  // from needle_load or NEEDLE_MODEL; kept for the process
+    needle_model *model = nullptr;  // needle_load, NEEDLE_MODEL or built in; kept for the process
     needle_chat *chat = nullptr;
 };
 
@@ -49,10 +49,14 @@ int needle_init(const char *system, const char *tools_json, const char *tool_ind
     Global &g = global();
     std::lock_guard<std::mutex> lock(g.mu);
     if (!g.model) {
+        // Upstream's engine has its weights baked in; ours falls back to the built-in demo model.
         const char *path = std::getenv("NEEDLE_MODEL");
-        if (!path || !*path)
-            return fail(NEEDLE_E_INVALID_ARGUMENT, "needle_init: no model: call needle_load or set NEEDLE_MODEL");
-        const needle_status st = needle_model_load_file(path, nullptr, &g.model);
+        const bool from_file = path && *path;
+        const needle_status st = from_file ? needle_model_load_file(path, nullptr, &g.model)
+                                           : needle_model_load_builtin(nullptr, &g.model);
+        if (st == NEEDLE_E_UNSUPPORTED && !from_file)
+            return fail(NEEDLE_E_INVALID_ARGUMENT,
+                        "needle_init: no model: call needle_load or set NEEDLE_MODEL (this build has no built-in model)");
         if (st != NEEDLE_OK) return neg(st);
     }
     needle_chat_params p;

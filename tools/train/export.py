@@ -222,7 +222,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4, help="engine parity bound (exit 1)")
     ap.add_argument("--engine-eval", type=int, default=0, help="greedy engine accuracy on N")
     ap.add_argument("--ref", default="", help="write the CI logits reference JSON here")
-    ap.add_argument("--heldout", default="", help="write held-out prompts/targets JSON here")
+    ap.add_argument("--heldout", default="", help="write held-out queries/calls JSON here")
+    ap.add_argument("--heldout-n", type=int, default=200, help="examples in --heldout")
     args = ap.parse_args()
     torch.set_num_threads(1)
     import sentencepiece as spm
@@ -269,10 +270,11 @@ def main():
     if args.heldout:
         rows = [json.loads(line) for line in open(os.path.join(args.data, "test.jsonl"))]
         with open(args.heldout, "w") as f:
-            json.dump({"format": "needle-demo-heldout/1", "examples": [
-                {"query": r["query"], "kind": r["kind"], "prompt": data.render_prompt(
-                    tools_text, r["query"]), "target": data.render_target(r["calls"])}
-                for r in rows[:args.eval_n]]}, f, indent=0)
+            # The chat layer renders the prompt itself (tests/test_demo_model.cpp): the query,
+            # its kind and the calls it must produce are enough.
+            json.dump({"format": "needle-demo-heldout/2", "examples": [
+                {"query": r["query"], "kind": r["kind"], "calls": r["calls"]}
+                for r in rows[:args.heldout_n]]}, f, indent=0)
     if args.engine_eval:
         ev = train.Examples(os.path.join(args.data, "test.jsonl"), sp, tools_text,
                             limit=args.engine_eval)

@@ -231,6 +231,11 @@ class Needle2(nn.Module):
         q = self.rope(zcrms(q, self.p(pre + "q_norm")), pos0)
         k = self.rope(zcrms(k, self.p(pre + "k_norm")), pos0)
         own = (k, v)
+        if prev is not None and prev[0].shape[0] == 1 and B > 1:
+            o = self.attend_shared(q, k, v, prev, pos0, W)
+            att = (o * torch.sigmoid(gl)) @ self.p(pre + "out_proj").t()
+            x1 = bx + torch.sigmoid(self.p(pre + "attn_gate")) * zcrms(att, self.p(pre + "post_norm"))
+            return x1, own
         if prev is not None:
             k = torch.cat([prev[0].expand(B, -1, -1, -1), k], 1)
             v = torch.cat([prev[1].expand(B, -1, -1, -1), v], 1)
@@ -248,6 +253,33 @@ class Needle2(nn.Module):
         att = (o * torch.sigmoid(gl)) @ self.p(pre + "out_proj").t()
         x1 = bx + torch.sigmoid(self.p(pre + "attn_gate")) * zcrms(att, self.p(pre + "post_norm"))
         return x1, own
+
+    @staticmethod
+    def attend_shared(q, k, v, prev, pos0, W):
+        """Attention of rows q [B, S, H, hd] (positions pos0..) over a prefix shared by every
+        row (prev = k, v [1, P, K, hd] of positions 0..P-1) and their own k, v [B, S, K, hd].
+        The same numbers as attending over the concatenated keys (up to summation order), but
+        the prefix part is one large matmul per KV head instead of B small ones: on CPU the
+        batched small GEMMs of the concatenated form took most of a training step."""
+        B, S, H, hd = q.shape
+        K, P = k.shape[2], prev[0].shape[1]
+        rep = H // K  # query head h -> KV head h // rep
+        qh = q.reshape(B, S, K, rep, hd).permute(2, 0, 3, 1, 4)  # [K, B, rep, S, hd]
+        kp = prev[0][0].permute(1, 2, 0)  # [K, hd, P]
+        vp = prev[1][0].permute(1, 0, 2)  # [K, P, hd]
+        s_pre = (qh.reshape(K, B * rep * S, hd) @ kp).view(K, B, rep, S, P) / math.sqrt(hd)
+        s_own = (qh @ k.permute(2, 0, 3, 1)[:, :, None]) / math.sqrt(hd)  # [K, B, rep, S, S]
+        qp = torch.arange(pos0, pos0 + S)[:, None]
+        kp_own = torch.arange(pos0, pos0 + S)[None, :]
+        mask = kp_own <= qp
+        if W > 0:
+            mask = mask & (qp - kp_own < W)
+            s_pre = s_pre.masked_fill(qp - torch.arange(pos0 - P, pos0)[None, :] >= W,
+                                      float("-inf"))
+        a = torch.softmax(torch.cat([s_pre, s_own.masked_fill(~mask, float("-inf"))], -1), -1)
+        o = (a[..., :P].reshape(K, B * rep * S, P) @ vp).view(K, B, rep, S, hd) + \
+            a[..., P:] @ v.permute(2, 0, 1, 3)[:, :, None]
+        return o.permute(1, 3, 0, 2, 4).reshape(B, S, H * hd)
 
     def engram(self, tokens, pos0):
         """Per site: keys ek and convolved values ev for positions pos0.. of the full token

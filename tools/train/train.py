@@ -29,6 +29,7 @@ import data  # noqa: E402
 import needle2  # noqa: E402
 
 TOOLS_END = 9  # </tools>: the shared prefix ends with it (tool-calling.md §3.2)
+TOOL_CALL = 10  # <tool_call>: the first target token (§3.4)
 
 DEMO_GEOMETRY = dict(vocab_size=1024, d_model=128, num_heads=4, num_kv_heads=2, num_layers=4,
                      head_dim=32, max_seq_len=512, kv_window=512, mhc_lanes=4,
@@ -48,14 +49,18 @@ class Examples:
                 if limit is not None and k >= limit:
                     break
                 ex = json.loads(line)
-                prompt = [2] + sp.encode(data.render_prompt(tools_text, ex["query"]))
                 full = [2] + sp.encode(data.render_prompt(tools_text, ex["query"]) +
                                        data.render_target(ex["calls"]))
-                assert full[:len(prompt)] == prompt, "prompt/target boundary moved"
-                p = prompt.index(TOOLS_END) + 1
+                # The target starts at its (only) <tool_call> marker; the first rows check
+                # that the prompt encoded alone is exactly the ids before it.
+                start = full.index(TOOL_CALL)
+                if k < 64:
+                    prompt = [2] + sp.encode(data.render_prompt(tools_text, ex["query"]))
+                    assert full[:start] == prompt, "prompt/target boundary moved"
+                p = full.index(TOOLS_END) + 1
                 assert prefix is None or full[:p] == prefix, "tools block differs"
                 prefix = full[:p]
-                self.rows.append((full, len(prompt)))
+                self.rows.append((full, start))
                 self.meta.append(ex)
         self.prefix = prefix
 
@@ -112,9 +117,15 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--init", default="", help="start from this checkpoint's weights")
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--eval-n", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--minutes", type=float, default=0,
+                    help="wall-clock budget: the schedule follows max(step/steps, time/budget) "
+                         "and training stops at the end of either (0 = steps only; not "
+                         "deterministic, for a shared machine)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -127,6 +138,8 @@ def main():
     g = needle2.Geometry(**DEMO_GEOMETRY)
     model = needle2.Needle2(g)
     model.init_weights(args.seed)
+    if args.init:  # continue from a checkpoint's weights (a fresh optimizer and schedule)
+        model.load_arrays(torch.load(args.init)["arrays"])
     n_params = sum(p.numel() for p in model.parameters())
     print("train %d examples, prefix %d tokens, %d parameters" % (len(train.rows), P, n_params),
           flush=True)
@@ -135,14 +148,22 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                              {"params": rest, "weight_decay": 0.0}], lr=args.lr,
                             betas=(0.9, 0.98))
-    warm = min(200, args.steps // 10 + 1)
+    warm = min(args.warmup, args.steps // 10 + 1)
+    t0, tokens_seen, log_loss = time.time(), 0, []
+
+    def progress(s):
+        frac = s / args.steps
+        if args.minutes > 0:
+            frac = max(frac, (time.time() - t0) / (60 * args.minutes))
+        return min(1.0, frac)
+
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) *
-        (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
+        (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress(s)))))
     rng = random.Random(args.seed)
     order = []
-    t0, tokens_seen, log_loss = time.time(), 0, []
     for step in range(1, args.steps + 1):
+        last = step == args.steps or progress(step) >= 1.0
         if len(order) < args.batch:
             order = list(range(len(train.rows)))
             rng.shuffle(order)
@@ -157,19 +178,24 @@ def main():
         sched.step()
         tokens_seen += P + int((tok[:, P:] != 0).sum())
         log_loss.append(float(loss))
-        if step % 50 == 0 or step == 1:
+        if step % 25 == 0 or step == 1:
             dt = time.time() - t0
             print("step %5d loss %.4f  %.2f steps/s %.0f tokens/s  %.0f s" %
                   (step, np.mean(log_loss), step / dt, tokens_seen / dt, dt), flush=True)
             log_loss = []
-        if step % args.eval_every == 0 or step == args.steps:
+        if step % args.eval_every == 0 or last:
             loss_t, acc = evaluate(model, test)
             print("eval step %d: test loss %.4f exact %s" %
                   (step, loss_t, json.dumps({k: round(v, 3) for k, v in sorted(acc.items())})),
                   flush=True)
-            torch.save({"geometry": g.as_dict(), "arrays": model.arrays(), "step": step,
-                        "names": model.names}, args.out)
-    print("done: %d steps in %.0f s" % (args.steps, time.time() - t0), flush=True)
+            # Every evaluation leaves a usable model: the latest at --out and a per-step copy.
+            ck = {"geometry": g.as_dict(), "arrays": model.arrays(), "step": step,
+                  "names": model.names, "test_exact": acc}
+            torch.save(ck, args.out)
+            torch.save(ck, "%s.step%d" % (args.out, step))
+        if last:
+            break
+    print("done: %d steps in %.0f s" % (step, time.time() - t0), flush=True)
 
 
 if __name__ == "__main__":

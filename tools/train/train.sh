@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Regenerates the demo model from nothing with fixed seeds: data, tokenizer, training, export
-# (issue 10 item 7). About 35-45 minutes on an idle 2-core machine; not run in CI.
+# (issue 10 item 7); not run in CI. Training is CPU-bound at ~1.5 CPU-seconds per step (batch
+# 32, one thread): STEPS=2000 is ~50 minutes of one idle core.
 #
 #   tools/train/train.sh            # everything into build/train/
 #   STEPS=300 tools/train/train.sh  # a short smoke run
+#   SHIP=1 tools/train/train.sh     # also write models/needle-demo.{cact,ref.json,heldout.json}
 #
-# Environment: OUT (output dir, default build/train), STEPS (default 2500), SEED (default 1),
-# THREADS (torch threads, default 1: the machine is usually shared), PYTHON (Debian's python3).
+# Environment: OUT (output dir, default build/train), STEPS (default 2000), SEED (default 1),
+# THREADS (torch threads, default 1: on a shared, oversubscribed machine two OpenMP threads ran
+# >4x slower than one), PYTHON (Debian's python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 PY=${PYTHON:-/usr/bin/python3}
 OUT=${OUT:-build/train}
-STEPS=${STEPS:-2500}
+STEPS=${STEPS:-2000}
 SEED=${SEED:-1}
 THREADS=${THREADS:-1}
-export OPENBLAS_NUM_THREADS=$THREADS PYTHON=$PY
+export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS PYTHON=$PY
 
 tools/train/setup.sh
 [ -f build/CMakeCache.txt ] || cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
@@ -30,7 +33,16 @@ echo "== 3/5 tokenizer"
 "$PY" tools/train/tokenizer.py --corpus "$OUT/corpus.txt" --vocab 1024 --out "$OUT/tok"
 echo "== 4/5 training ($STEPS steps)"
 nice -n 19 "$PY" tools/train/train.py --data "$OUT" --out "$OUT/ckpt.pt" --steps "$STEPS" \
+  --batch 32 --lr 3e-3 --warmup 50 --eval-every 100 --eval-n 200 \
   --seed "$SEED" --threads "$THREADS" | tee "$OUT/train.log"
 echo "== 5/5 export"
 nice -n 19 "$PY" tools/train/export.py --data "$OUT" --ckpt "$OUT/ckpt.pt" \
-  --out "$OUT/needle-demo.cact" --engine | tee "$OUT/export.log"
+  --out "$OUT/needle-demo.cact" --fixed-bits 4 --eval-n 300 --engine \
+  --ref "$OUT/needle-demo.ref.json" --heldout "$OUT/needle-demo.heldout.json" --heldout-n 1000 \
+  | tee "$OUT/export.log"
+cmake --build build -j2 --target needle
+"$PY" tools/train/chat_eval.py --model "$OUT/needle-demo.cact" --data "$OUT" --n 1000 \
+  | tee "$OUT/chat_eval.log"
+if [ "${SHIP:-0}" = 1 ]; then
+  cp "$OUT/needle-demo.cact" "$OUT/needle-demo.ref.json" "$OUT/needle-demo.heldout.json" models/
+fi

@@ -2,7 +2,7 @@
 //!
 //! Without a model argument it runs the demo model ($NEEDLE_DEMO_MODEL, else
 //! $NEEDLE_LIB_DIR/models/needle-demo.cact, else ../../build/models/needle-demo.cact):
-//! random weights, so its text is noise.
+//! the trained tool-calling demo model (models/README.md), prompted without the chat template.
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -4,7 +4,7 @@
 //
 // Without a model argument it runs the demo model ($NEEDLE_DEMO_MODEL, else
 // $NEEDLE_LIB_DIR/models/needle-demo.cact, else the repository's build/models/needle-demo.cact):
-// random weights, so its text is noise.
+// the trained tool-calling demo model (models/README.md), prompted without the chat template.
 package main
 
 import (
