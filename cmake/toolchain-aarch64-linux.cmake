@@ -13,11 +13,12 @@ set(CMAKE_CXX_COMPILER ${NEEDLE_CROSS_TRIPLE}-g++)
 # /usr/include and /usr/share as in a native build.
 set(CMAKE_LIBRARY_ARCHITECTURE ${NEEDLE_CROSS_TRIPLE})
 
-# The arm64 sysroot of the cross libc; libraries installed as :arm64 live in
-# /usr/lib/aarch64-linux-gnu, which the guest's loader does not search by itself.
-set(NEEDLE_CROSS_SYSROOT /usr/${NEEDLE_CROSS_TRIPLE})
+# Programs run under qemu-user with the host's root as the guest's: the loader
+# /lib/ld-linux-aarch64.so.1 and the libraries are those of the multiarch arm64 packages
+# (libc6:arm64 comes with libtbb-dev:arm64), so ld.so and libc.so.6 are one glibc build. The
+# cross sysroot /usr/aarch64-linux-gnu is for linking only: its ld.so (libc6-arm64-cross) with the
+# multiarch libc.so.6 of another Debian revision hangs in the first pthread_create.
 find_program(NEEDLE_QEMU_AARCH64 qemu-aarch64)
 if(NEEDLE_QEMU_AARCH64)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${NEEDLE_QEMU_AARCH64} -L ${NEEDLE_CROSS_SYSROOT}
-      -E LD_LIBRARY_PATH=/usr/lib/${NEEDLE_CROSS_TRIPLE}:/lib/${NEEDLE_CROSS_TRIPLE})
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${NEEDLE_QEMU_AARCH64} -L /)
 endif()

@@ -85,7 +85,13 @@ fi
 #   and under neon: kernels:* compares every kernel instead); v3 batched; threads:*; misuse:*
 #   (1,000 create/free cycles); corruption:*; the chat, tokenizer and container tests (not
 #   arch-specific; their files are not even compiled here, see test_files above).
-QEMU=(qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu:/lib/aarch64-linux-gnu)
+# The guest's root is the host's: the loader /lib/ld-linux-aarch64.so.1 and every library come
+# from the multiarch arm64 packages (libc6:arm64, pulled in by libtbb-dev:arm64), so ld.so and
+# libc.so.6 are one glibc build. The cross sysroot (/usr/aarch64-linux-gnu, libc6-arm64-cross) is
+# for linking only: its ld.so with the multiarch libc.so.6 (a different Debian revision; ld.so and
+# libc share private layouts) looped forever in the first pthread_create, so every run that
+# started a oneTBB worker hung (the "17 minutes" and the needle-bench hang of the previous round).
+QEMU=(qemu-aarch64 -L /)
 TESTS="$BUILD/tests/needle_tests"
 # run <label> <number of test cases> <needle_tests arguments...>: writes qemu-<label>.log, .time
 # and .rc in $BUILD. A filter that matches fewer test cases than expected fails the group (a
