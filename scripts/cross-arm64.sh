@@ -61,31 +61,32 @@ fi
 # ---------------------------------------------------------------- tests under qemu-user
 # One needle_tests process per group (ctest would start one emulated process per test case),
 # two at a time (one per core). Times are printed per group and per test case (the logs are
-# build-arm64/qemu-<group>.log). CPU time under qemu on the 2-core dev machine in brackets:
-#   kernels            kernels:*: every kernel of the neon table against scalar (3 s); cpu
+# build-arm64/qemu-<group>.log). CPU time under qemu on the shared 2-core dev machine in brackets
+# (4.3 min in all; the wall time there depends on the other load):
+#   kernels            kernels:*: every kernel of the neon table against scalar (< 1 s); cpu
 #                      features from AT_HWCAP under qemu's Cortex-A53 and Neoverse-N1
 #   logits             logits v2 of tiny, odd and ternary against the upstream reference (every
-#                      prompt position and decode step; 25 s); v3 logits: all 27 tiny3 cases
-#                      against the peer, f32 and int8 KV, ladder rungs (12 s)
-#   isa                isa: tiny, odd, ternary: the whole model under scalar and under neon
+#                      prompt position and decode step); v3 logits: all 27 tiny3 cases against
+#                      the peer, f32 and int8 KV, ladder rungs (44 s)
+#   isa                isa: tiny, odd, ternary: the whole model under scalar and under neon (47 s)
 #   batched            fastpath: batched == sequential on tiny (also the window overrides), odd
-#                      and ternary (100 s, the largest group); forced ISA (neon active);
-#                      build:* (logits bits for n_threads 1 and 4)
+#                      and ternary; forced ISA (neon active); build:* (logits bits for n_threads
+#                      1 and 4) (119 s, the largest group: a lane of its own)
 #   kv-int8            kv int8 on tiny (error against the reference, batched == one at a time,
-#                      kv_type validation; 10 s)
-#   api                api:* (30 s)
-#   needle-bench       tiny, 32 prompt + 8 decode tokens, default threads (1 s)
+#                      kv_type validation; 18 s)
+#   api                api:* (27 s)
+#   bench              needle-bench on tiny, 32 prompt + 8 decode tokens, default threads (< 1 s)
 # Left out (the x86 suite runs them natively): everything on needle2 (13 MB; its v2 logits alone
-# take __NEEDLE2__ of CPU under qemu) and needle3syn (35 MB); v3 batched; threads:* (the
+# ran past 150 s of CPU under qemu) and needle3syn (35 MB); v3 batched; threads:* (the
 # TSan-sized thread stress); misuse:* (1,000 create/free cycles); corruption:*; the chat,
 # tokenizer and container tests (not arch-specific; their files are not even compiled here, see
 # test_files above).
 #
 # Each emulated run is bounded so that a hang fails its group instead of eating CI's budget: by
-# NEEDLE_ARM64_CPU_LIMIT seconds of CPU (default 400, 4x the largest group; SIGXCPU or SIGKILL:
+# NEEDLE_ARM64_CPU_LIMIT seconds of CPU (default 400, 3x the largest group; SIGXCPU or SIGKILL:
 # a spinning hang, as the loader mismatch below was) and NEEDLE_ARM64_TIMEOUT seconds of wall
 # time (default 1800: a sleeping hang; CPU, not wall, is the tight bound because the dev machine
-# is shared: the batched group once took 600 s of wall time for 78 s of CPU).
+# is shared: the batched group once took 1,104 s of wall time for 119 s of CPU).
 # The guest's root is the host's: the loader /lib/ld-linux-aarch64.so.1 and every library come
 # from the multiarch arm64 packages (libc6:arm64, pulled in by libtbb-dev:arm64), so ld.so and
 # libc.so.6 are one glibc build. The cross sysroot (/usr/aarch64-linux-gnu, libc6-arm64-cross) is
