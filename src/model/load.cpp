@@ -97,4 +97,9 @@ void feed(const Model &m, Sequence &seq, Workspace &ws, const uint32_t *tokens, 
         }
     });
 }
+
+void feed_many(const Model &m, Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+               float *const *logits) {
+    seqs[0]->arena.execute([&] { m.forward_many(seqs, ws, tokens, n, logits); });
+}
 }  // namespace needle

@@ -63,6 +63,8 @@ public:
     std::unique_ptr<Workspace> new_workspace(uint32_t capacity) const override;
     void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                  float *logits) const override;
+    void forward_many(Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+                      float *const *logits) const override;
 
     const Needle2Geometry &geometry() const { return g_; }
 
@@ -72,6 +74,7 @@ public:
 
 private:
     struct Seq;
+    struct Part;
     struct Work;
 
     std::shared_ptr<const FileBytes> bytes_;
@@ -100,13 +103,16 @@ private:
     void head_output(ProbePool &pool, ProbeHead kind, float *out) const;
 
     void bind(const ContainerV2 &c);
+    void run(const Part *parts, uint32_t np, Work &w, const uint32_t *tokens, uint32_t rows) const;
     void embed(Work &w, const uint32_t *tokens, uint32_t n) const;
-    void rope_rows(Work &w, uint32_t p0, uint32_t n) const;
-    void engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const;
-    void layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const;
-    void attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const;
+    void rope_rows(Work &w, uint32_t i0, uint32_t p0, uint32_t n) const;
+    void engram(const Part *parts, uint32_t np, Work &w, uint32_t n) const;
+    void layer(const Part *parts, uint32_t np, Work &w, uint32_t l, uint32_t n) const;
+    void attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n, uint32_t i0) const;
     void block_tail(Work &w, uint32_t l, uint32_t i) const;
+    void lm_input(Work &w, uint32_t i, float *hfh) const;
     void lm_head(Work &w, uint32_t i, float *logits) const;
+    void lm_head_many(Work &w, uint32_t n, float *const *logits) const;
 };
 
 // Effective window of a v2 header (model-v2.md §4.2); 0 = full causal.
