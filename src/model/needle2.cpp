@@ -471,58 +471,93 @@ void Needle2Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t l, ui
     const CqProduct qkvg[] = {{&ly.q, 0, g.A, w.q, g.A}, {&ly.k, 0, g.Kd, w.k, g.Kd},
                               {&ly.v, 0, g.Kd, w.v, g.Kd}, {&ly.gate, 0, g.A, w.gl, g.A}};
     cq_matmul_many(qkvg, 4, w.hAh, g.D_pad, n);
-    for (const Part *pt = parts; pt != parts + np; ++pt) attention(*pt->s, w, l, pt->p0, pt->n, pt->i0);
+    if (np == 1) attention(*parts->s, w, l, parts->p0, parts->n, parts->i0);
+    else attention_many(parts, np, w, l);  // forward_many: one position per part
     cq_matmul(ly.out, w.oh, g.A_pad, n, 0, D, w.att, D);
     for_positions(n, [&](uint32_t i) { block_tail(w, l, i); });
 }
+
+// 5.5 before attention, row i at position p of s: q/k norms, RoPE, K/V written to the cache.
+void Needle2Model::qk_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i) const {
+    const Needle2Geometry &g = g_;
+    const Needle2Layer &ly = layers_[l];
+    const float *cs = w.rope + size_t(i) * g.hd, *sn = cs + g.hd / 2;
+    float *q = w.q + size_t(i) * g.A, *k = w.k + size_t(i) * g.Kd, *v = w.v + size_t(i) * g.Kd;
+    for (uint32_t r = 0; r < g.H; ++r) {
+        zcrms(q + r * g.hd, ly.q_norm, g.hd, q + r * g.hd);
+        rope(q + r * g.hd, g.hd, cs, sn);
+    }
+    for (uint32_t kv = 0; kv < g.K; ++kv) {
+        zcrms(k + kv * g.hd, ly.k_norm, g.hd, k + kv * g.hd);
+        rope(k + kv * g.hd, g.hd, cs, sn);
+        s.store(g, l, kv, false, p, k + kv * g.hd);
+        s.store(g, l, kv, true, p, v + kv * g.hd);
+    }
+}
+
+// Attention of head r for row i at position p of s (own scores row, own output slice).
+void Needle2Model::attend(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i, uint32_t r) const {
+    const Needle2Geometry &g = g_;
+    const uint32_t kv = r / (g.H / g.K), lo = s.kvl.lo(p);  // visible keys: kv_layout.h
+    const float *q = w.q + size_t(i) * g.A + r * g.hd;
+    float *o = w.o + size_t(i) * g.A + r * g.hd, *scores = w.scores + size_t(r) * g.Tmax;
+    if (s.kv_type == KvType::INT8)
+        attention_head(q, s.ring_of(g, l, kv, false, s.kv8.data(), s.kv_scale.data()),
+                       s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, scores, o);
+    else
+        attention_head(q, s.ring_of<float>(g, l, kv, false, s.kv.data(), nullptr),
+                       s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, scores, o);
+}
+
+// Output gate of row i and the prepared input of out_proj.
+void Needle2Model::gate_out(Work &w, uint32_t i) const {
+    const Needle2Geometry &g = g_;
+    float *o = w.o + size_t(i) * g.A;
+    const float *gl = w.gl + size_t(i) * g.A;
+    for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
+    cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);
+}
+
+// Heads are independent (own scores, own output): split over the arena's threads once the keys
+// are many enough to pay for it (needle2 at 64+ keys: >= 2^16 multiply-adds).
+constexpr uint64_t kParallelAttention = uint64_t(1) << 16;
 
 // 5.5 q/k norms, RoPE, cache write and attention of positions p0..p0+n-1 of s (workspace rows
 // i0..), strictly in position order: with a ring of `window` slots, writing p+1 before attending
 // p would overwrite a key p still sees (§6).
 void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n, uint32_t i0) const {
     const Needle2Geometry &g = g_;
-    const Needle2Layer &ly = layers_[l];
-    const uint32_t half = g.hd / 2, group = g.H / g.K;
     for (uint32_t j = 0; j < n; ++j) {
         const uint32_t p = p0 + j, i = i0 + j;  // position, workspace row
-        const float *cs = w.rope + size_t(i) * g.hd, *sn = cs + half;
-        float *q = w.q + size_t(i) * g.A, *k = w.k + size_t(i) * g.Kd, *v = w.v + size_t(i) * g.Kd;
-        for (uint32_t r = 0; r < g.H; ++r) {
-            zcrms(q + r * g.hd, ly.q_norm, g.hd, q + r * g.hd);
-            rope(q + r * g.hd, g.hd, cs, sn);
-        }
-        for (uint32_t kv = 0; kv < g.K; ++kv) {
-            zcrms(k + kv * g.hd, ly.k_norm, g.hd, k + kv * g.hd);
-            rope(k + kv * g.hd, g.hd, cs, sn);
-            s.store(g, l, kv, false, p, k + kv * g.hd);
-            s.store(g, l, kv, true, p, v + kv * g.hd);
-        }
-        const uint32_t lo = s.kvl.lo(p);  // visible keys: kv_layout.h
-        float *o = w.o + size_t(i) * g.A;
-        const float *gl = w.gl + size_t(i) * g.A;
-        auto head = [&](uint32_t r) {
-            const uint32_t kv = r / group;
-            float *scores = w.scores + size_t(r) * g.Tmax;
-            if (s.kv_type == KvType::INT8)
-                attention_head(q + r * g.hd, s.ring_of(g, l, kv, false, s.kv8.data(), s.kv_scale.data()),
-                               s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, scores,
-                               o + r * g.hd);
-            else
-                attention_head(q + r * g.hd, s.ring_of<float>(g, l, kv, false, s.kv.data(), nullptr),
-                               s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, scores,
-                               o + r * g.hd);
-        };
-        // Heads are independent (own scores, own output): split over the arena's threads once
-        // the keys are many enough to pay for it (needle2 at 64+ keys: >= 2^16 multiply-adds).
-        if (uint64_t(g.H) * (p - lo + 1) * (2 * g.hd) >= (uint64_t(1) << 16))
+        qk_store(s, w, l, p, i);
+        if (uint64_t(g.H) * (p - s.kvl.lo(p) + 1) * (2 * g.hd) >= kParallelAttention)
             parallel_for(0, g.H, 1, [&](uint32_t b, uint32_t e) {
-                for (uint32_t r = b; r != e; ++r) head(r);
+                for (uint32_t r = b; r != e; ++r) attend(s, w, l, p, i, r);
             });
         else
-            for (uint32_t r = 0; r < g.H; ++r) head(r);
-        for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
-        cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);
+            for (uint32_t r = 0; r < g.H; ++r) attend(s, w, l, p, i, r);
+        gate_out(w, i);
     }
+}
+
+// 5.5 for a needle_decode_many step: parts of one position each, of distinct sequences, so no
+// cache write is read by another row: every row's K/V is stored first, then all heads of all
+// rows run in one parallel region (one fork/join per layer, not one per sequence; thread r
+// reuses scores row r), then the gates. Per row the bits of attention().
+void Needle2Model::attention_many(const Part *parts, uint32_t np, Work &w, uint32_t l) const {
+    const Needle2Geometry &g = g_;
+    uint64_t macs = 0;
+    for (const Part *pt = parts; pt != parts + np; ++pt) {
+        qk_store(*pt->s, w, l, pt->p0, pt->i0);
+        macs += uint64_t(g.H) * (pt->p0 - pt->s->kvl.lo(pt->p0) + 1) * (2 * g.hd);
+    }
+    auto heads = [&](uint32_t b, uint32_t e) {
+        for (uint32_t r = b; r != e; ++r)
+            for (const Part *pt = parts; pt != parts + np; ++pt) attend(*pt->s, w, l, pt->p0, pt->i0, r);
+    };
+    if (macs >= kParallelAttention) parallel_for(0, g.H, 1, heads);
+    else heads(0, g.H);
+    for (const Part *pt = parts; pt != parts + np; ++pt) gate_out(w, pt->i0);
 }
 
 // 5.5 (residual) to 5.9 for position i of the chunk.
