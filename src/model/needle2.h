@@ -31,12 +31,16 @@ struct Needle2Geometry {
     float rope_theta;
 };
 
-// One probe head bound from the container (§8): probes [P][D], proj [out][P*D], bias [out], as
-// f32; `first` = index of its first probe among all heads' probes in the pool.
+// One probe head bound from the container (§8): probes [P][D] and bias [out] as f32; proj
+// [out][P*D] read in place from the record (FP16 or FP32, proj_f16): it is used only when a head
+// output is asked for, and an f32 copy cost ~1 MB and ~2.5 M instructions of load for needle2.
+// `first` = index of its first probe among all heads' probes in the pool.
 struct Needle2Head {
     ProbeHead kind;
     uint32_t P, out, first;
-    const float *probes, *proj, *bias;
+    const float *probes, *bias;
+    const uint8_t *proj;
+    bool proj_f16;
     Model::ByteSpan stored[3];  // the records' bytes: probes, proj, bias
 };
 
