@@ -502,10 +502,9 @@ void Needle3Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t li, u
     const CqProduct qkvg[] = {{&ly.q, 0, g.qd, w.q, g.qd}, {&ly.k, 0, g.kd, w.k, g.kd},
                               {&ly.v, 0, g.vd, w.v, g.vd}, {&ly.gate, 0, g.od, w.gl, g.od}};
     matmul_shared(qkvg, 4, w.t, D, D, n, w.hh, w.pd);
-    for (const Part *pt = parts; pt != parts + np; ++pt) {
-        qkv_conv(*pt, w, li);
-        attention(*pt, w, li);
-    }
+    for (const Part *pt = parts; pt != parts + np; ++pt) qkv_conv(*pt, w, li);
+    if (np == 1) attention(*parts, w, li);
+    else attention_many(parts, np, w, li);  // forward_many: one position per part
     const CqProduct out[] = {{&ly.out, 0, D, w.att, D}};
     matmul_shared(out, 1, w.o, g.od, g.od, n, w.oh, w.pod);
     for_positions(n, [&](uint32_t i) { block_tail(w, li, i); });
@@ -557,60 +556,113 @@ void Needle3Model::qkv_conv(const Part &pa, Work &w, uint32_t li) const {
     }
 }
 
-// §1.3 steps 4-7: q/k norms, RoPE, (int8: fq of q, quantise-on-write of k, v), cache write and
-// attention, strictly in position order (a ring slot is rewritten only after its last reader).
-void Needle3Model::attention(const Part &pa, Work &w, uint32_t li) const {
-    Seq &s = *pa.s;
-    const uint32_t p0 = pa.p0, n = pa.n, i0 = pa.i0;
+// The KV rings of layer li of s: f32 (kf, vf) or int8 codes and scales (k8, v8, ks, vs).
+struct Needle3Model::Rings {
+    uint32_t slots;
+    float *kf, *vf, *ks, *vs;
+    int8_t *k8, *v8;
+    Rings(Seq &s, const Needle3Geometry &g, uint32_t li) : slots(s.slots[li]) {
+        const bool i8 = s.kv_type == KvType::INT8;
+        kf = i8 ? nullptr : s.kv.data() + s.kv_off[li], vf = kf ? kf + size_t(g.G) * slots * g.dq : nullptr;
+        k8 = i8 ? s.kv8.data() + s.kv_off[li] : nullptr, v8 = k8 ? k8 + size_t(g.G) * slots * g.dq : nullptr;
+        ks = i8 ? s.kv_scale.data() + s.sc_off[li] : nullptr, vs = ks ? ks + size_t(g.G) * slots : nullptr;
+    }
+};
+
+// §1.3 steps 4-6 of row i at position p of s: q/k norms, RoPE, (int8: fq of q, quantise-on-write
+// of k, v), cache write.
+void Needle3Model::qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i) const {
     const Needle3Geometry &g = g_;
     const Needle3Layer &ly = layers_[li];
-    const uint32_t slots = s.slots[li], half = g.dq / 2, rep = g.H / g.G;
-    const KvLayout &kvl = s.kvl[li];
-    const bool i8 = s.kv_type == KvType::INT8;
-    float *kf = i8 ? nullptr : s.kv.data() + s.kv_off[li], *vf = kf ? kf + size_t(g.G) * slots * g.dq : nullptr;
-    int8_t *k8 = i8 ? s.kv8.data() + s.kv_off[li] : nullptr, *v8 = k8 ? k8 + size_t(g.G) * slots * g.dq : nullptr;
-    float *ks = i8 ? s.kv_scale.data() + s.sc_off[li] : nullptr, *vs = ks ? ks + size_t(g.G) * slots : nullptr;
-    for (uint32_t j = 0; j < n; ++j) {
-        const uint32_t p = p0 + j, slot = kvl.slot(p), i = i0 + j;  // position, workspace row
-        const float *cs = w.rope + size_t(i) * g.dq, *sn = cs + half;
-        float *q = w.qc + size_t(i) * g.qd, *k = w.kc + size_t(i) * g.kd, *v = w.vc + size_t(i) * g.vd;
-        for (uint32_t r = 0; r < g.H; ++r) {
-            zcrms(q + r * g.dq, ly.q_norm, g.dq, q + r * g.dq);
-            rope(q + r * g.dq, g.dq, cs, sn);
-            if (i8) fake_quantize(q + r * g.dq, g.dq);
-        }
-        for (uint32_t kv = 0; kv < g.G; ++kv) {
-            float *kh = k + kv * g.dq, *vh = v + kv * g.dv;
-            zcrms(kh, ly.k_norm, g.dq, kh);
-            rope(kh, g.dq, cs, sn);
-            const size_t kr = size_t(kv) * slots + slot;
-            if (i8) {
-                ks[kr] = quantize_fq(kh, g.dq, k8 + kr * g.dq);
-                vs[kr] = quantize_fq(vh, g.dv, v8 + kr * g.dv);
-            } else {
-                std::memcpy(kf + kr * g.dq, kh, sizeof(float) * g.dq);
-                std::memcpy(vf + kr * g.dv, vh, sizeof(float) * g.dv);
-            }
-        }
-        const uint32_t lo = kvl.lo(p);  // reads lo..p through slot j % slots
-        float *o = w.o + size_t(i) * g.od;
-        auto head = [&](uint32_t r) {
-            const uint32_t kv = r / rep;
-            float *scores = w.scores + size_t(r) * slots;
-            const size_t kr = size_t(kv) * slots;
-            if (i8)
-                attention_head(q + r * g.dq, KvRing<int8_t>{k8 + kr * g.dq, ks + kr, g.dq, slots},
-                               KvRing<int8_t>{v8 + kr * g.dv, vs + kr, g.dv, slots}, lo, p, scores, o + r * g.dv);
-            else
-                attention_head(q + r * g.dq, KvRing<float>{kf + kr * g.dq, nullptr, g.dq, slots},
-                               KvRing<float>{vf + kr * g.dv, nullptr, g.dv, slots}, lo, p, scores, o + r * g.dv);
-        };
-        if (uint64_t(g.H) * (p - lo + 1) * (g.dq + g.dv) >= (uint64_t(1) << 16)) parallel_for(0, g.H, 1, [&](uint32_t b, uint32_t e) { for (uint32_t r = b; r < e; ++r) head(r); });
-        else
-            for (uint32_t r = 0; r < g.H; ++r) head(r);
-        const float *gl = w.gl + size_t(i) * g.od;
-        for (uint32_t c = 0; c < g.od; ++c) o[c] *= sigmoid(gl[c]);
+    const Rings rg(s, g, li);
+    const uint32_t slot = s.kvl[li].slot(p), half = g.dq / 2;
+    const bool i8 = rg.k8 != nullptr;
+    const float *cs = w.rope + size_t(i) * g.dq, *sn = cs + half;
+    float *q = w.qc + size_t(i) * g.qd, *k = w.kc + size_t(i) * g.kd, *v = w.vc + size_t(i) * g.vd;
+    for (uint32_t r = 0; r < g.H; ++r) {
+        zcrms(q + r * g.dq, ly.q_norm, g.dq, q + r * g.dq);
+        rope(q + r * g.dq, g.dq, cs, sn);
+        if (i8) fake_quantize(q + r * g.dq, g.dq);
     }
+    for (uint32_t kv = 0; kv < g.G; ++kv) {
+        float *kh = k + kv * g.dq, *vh = v + kv * g.dv;
+        zcrms(kh, ly.k_norm, g.dq, kh);
+        rope(kh, g.dq, cs, sn);
+        const size_t kr = size_t(kv) * rg.slots + slot;
+        if (i8) {
+            rg.ks[kr] = quantize_fq(kh, g.dq, rg.k8 + kr * g.dq);
+            rg.vs[kr] = quantize_fq(vh, g.dv, rg.v8 + kr * g.dv);
+        } else {
+            std::memcpy(rg.kf + kr * g.dq, kh, sizeof(float) * g.dq);
+            std::memcpy(rg.vf + kr * g.dv, vh, sizeof(float) * g.dv);
+        }
+    }
+}
+
+// §1.3 step 7, head r of row i at position p of s (keys lo..p through slot j % slots), with
+// `scores` its own scratch row.
+void Needle3Model::attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t r, float *scores) const {
+    const Needle3Geometry &g = g_;
+    const Rings rg(s, g, li);
+    const uint32_t lo = s.kvl[li].lo(p), slots = rg.slots;
+    const size_t kr = size_t(r / (g.H / g.G)) * slots;
+    const float *q = w.qc + size_t(i) * g.qd + r * g.dq;
+    float *o = w.o + size_t(i) * g.od + r * g.dv;
+    if (rg.k8)
+        attention_head(q, KvRing<int8_t>{rg.k8 + kr * g.dq, rg.ks + kr, g.dq, slots},
+                       KvRing<int8_t>{rg.v8 + kr * g.dv, rg.vs + kr, g.dv, slots}, lo, p, scores, o);
+    else
+        attention_head(q, KvRing<float>{rg.kf + kr * g.dq, nullptr, g.dq, slots},
+                       KvRing<float>{rg.vf + kr * g.dv, nullptr, g.dv, slots}, lo, p, scores, o);
+}
+
+void Needle3Model::gate_out(Work &w, uint32_t i) const {
+    float *o = w.o + size_t(i) * g_.od;
+    const float *gl = w.gl + size_t(i) * g_.od;
+    for (uint32_t c = 0; c < g_.od; ++c) o[c] *= sigmoid(gl[c]);
+}
+
+// Heads split over the arena's threads once the keys are many enough to pay for it.
+constexpr uint64_t kParallelAttention3 = uint64_t(1) << 16;
+
+// §1.3 steps 4-7 of the part's positions, strictly in position order (a ring slot is rewritten
+// only after its last reader).
+void Needle3Model::attention(const Part &pa, Work &w, uint32_t li) const {
+    Seq &s = *pa.s;
+    const Needle3Geometry &g = g_;
+    const uint32_t slots = s.slots[li];
+    for (uint32_t j = 0; j < pa.n; ++j) {
+        const uint32_t p = pa.p0 + j, i = pa.i0 + j;  // position, workspace row
+        qk_store(s, w, li, p, i);
+        auto heads = [&](uint32_t b, uint32_t e) {
+            for (uint32_t r = b; r < e; ++r) attend(s, w, li, p, i, r, w.scores + size_t(r) * slots);
+        };
+        if (uint64_t(g.H) * (p - s.kvl[li].lo(p) + 1) * (g.dq + g.dv) >= kParallelAttention3) parallel_for(0, g.H, 1, heads);
+        else heads(0, g.H);
+        gate_out(w, i);
+    }
+}
+
+// §1.3 steps 4-7 for a needle_decode_many step (one position per part, distinct sequences, so
+// no row reads another's cache write): all K/V stored first, then every head of every row in one
+// parallel region per layer; head r's scores row has the stride of max_seq_len (the states'
+// rings may differ in size). Per row the bits of attention().
+void Needle3Model::attention_many(const Part *parts, uint32_t np, Work &w, uint32_t li) const {
+    const Needle3Geometry &g = g_;
+    uint64_t macs = 0;
+    for (const Part *pt = parts; pt != parts + np; ++pt) {
+        qk_store(*pt->s, w, li, pt->p0, pt->i0);
+        macs += uint64_t(g.H) * (pt->p0 - pt->s->kvl[li].lo(pt->p0) + 1) * (g.dq + g.dv);
+    }
+    const size_t stride = std::max(1u, g.Tmax);
+    auto heads = [&](uint32_t b, uint32_t e) {
+        for (uint32_t r = b; r < e; ++r)
+            for (const Part *pt = parts; pt != parts + np; ++pt)
+                attend(*pt->s, w, li, pt->p0, pt->i0, r, w.scores + size_t(r) * stride);
+    };
+    if (macs >= kParallelAttention3) parallel_for(0, g.H, 1, heads);
+    else heads(0, g.H);
+    for (const Part *pt = parts; pt != parts + np; ++pt) gate_out(w, pt->i0);
 }
 
 // §1.3 from the attention residual to the mHC scatter-up, for position i of the chunk.

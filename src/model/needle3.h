@@ -95,6 +95,11 @@ private:
     void layer(const Part *parts, uint32_t np, Work &w, uint32_t li, uint32_t n) const;
     void qkv_conv(const Part &pa, Work &w, uint32_t li) const;
     void attention(const Part &pa, Work &w, uint32_t li) const;
+    void attention_many(const Part *parts, uint32_t np, Work &w, uint32_t li) const;
+    struct Rings;
+    void qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i) const;
+    void attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t r, float *scores) const;
+    void gate_out(Work &w, uint32_t i) const;
     void block_tail(Work &w, uint32_t li, uint32_t i) const;
     void pool_cells(const Part &pa, Work &w, uint32_t cell) const;
     void lm_input(Work &w, uint32_t i, float *hfh) const;
