@@ -551,9 +551,9 @@ void Needle2Model::attention_many(const Part *parts, uint32_t np, Work &w, uint3
         qk_store(*pt->s, w, l, pt->p0, pt->i0);
         macs += uint64_t(g.H) * (pt->p0 - pt->s->kvl.lo(pt->p0) + 1) * (2 * g.hd);
     }
-    auto heads = [&](uint32_t b, uint32_t e) {
-        for (uint32_t r = b; r != e; ++r)
-            for (const Part *pt = parts; pt != parts + np; ++pt) attend(*pt->s, w, l, pt->p0, pt->i0, r);
+    auto heads = [&](uint32_t b, uint32_t e) {  // sequence outer: heads of a KV group reuse its keys in cache
+        for (const Part *pt = parts; pt != parts + np; ++pt)
+            for (uint32_t r = b; r != e; ++r) attend(*pt->s, w, l, pt->p0, pt->i0, r);
     };
     if (macs >= kParallelAttention) parallel_for(0, g.H, 1, heads);
     else heads(0, g.H);

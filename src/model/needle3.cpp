@@ -655,10 +655,9 @@ void Needle3Model::attention_many(const Part *parts, uint32_t np, Work &w, uint3
         macs += uint64_t(g.H) * (pt->p0 - pt->s->kvl[li].lo(pt->p0) + 1) * (g.dq + g.dv);
     }
     const size_t stride = std::max(1u, g.Tmax);
-    auto heads = [&](uint32_t b, uint32_t e) {
-        for (uint32_t r = b; r < e; ++r)
-            for (const Part *pt = parts; pt != parts + np; ++pt)
-                attend(*pt->s, w, li, pt->p0, pt->i0, r, w.scores + size_t(r) * stride);
+    auto heads = [&](uint32_t b, uint32_t e) {  // sequence outer: heads of a KV group reuse its keys in cache
+        for (const Part *pt = parts; pt != parts + np; ++pt)
+            for (uint32_t r = b; r < e; ++r) attend(*pt->s, w, li, pt->p0, pt->i0, r, w.scores + size_t(r) * stride);
     };
     if (macs >= kParallelAttention3) parallel_for(0, g.H, 1, heads);
     else heads(0, g.H);
