@@ -2,11 +2,15 @@
  *
  *   needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T]
  *                [--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D]
- *                [--max-tokens M] [--json]
+ *                [--max-tokens M] [--sequences S] [--json]
  *
  * The prompt is a fixed pseudo-random token sequence (no tokenizer needed), prefilled through a
  * batch of C positions (C = 0: one position at a time); then M greedy decode steps. Figures are
  * medians over R runs, each on a fresh state. Uses only needle.h.
+ *
+ * --sequences S > 1: S states are prefilled with the prompt one after the other (prefill figures:
+ * the first one), then decoded together, M steps of needle_decode_many over all S (the batch of
+ * the prefill serves as its scratch when C >= S); decode tok/s is the aggregate S*M / time.
  *
  * --isa NAME runs the kernels of that instruction set (as NEEDLE_FORCE_ISA=NAME does); --isa all
  * runs this program once per ISA the CPU and the library have (avx512, avx2, sse4_2, neon,
@@ -64,7 +68,8 @@ static uint32_t argmax(const float *v, uint32_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
-               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--json] [--chat]\n"
+               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--sequences S] [--json] [--chat]\n"
+               "  --sequences S: decode S states at once through needle_decode_many (aggregate tok/s)\n"
                "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools (first time and\n"
                "          from the tool index file), the grammar's\n"
                "          cost per call token next to the decode step's\n");
@@ -149,6 +154,7 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     long prompt_n = 512, decode_n = 128, threads = 0, chunk = 32, runs = 3;  /* chunk: needle.h */
     long depth = 0, max_tokens = -1;  /* -1: prompt + decode tokens */
+    long sequences = 1;
     int json = 0, chat = 0;
     const char *kv = "f32", *isa = NULL;
     for (int i = 1; i < argc; ++i) {
@@ -167,9 +173,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--isa")) isa = argv[++i];
         else if (!strcmp(a, "--depth")) depth = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--max-tokens")) max_tokens = arg_long(a, argv[++i]);
+        else if (!strcmp(a, "--sequences")) sequences = arg_long(a, argv[++i]);
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
     }
-    if (!path || runs < 1 || prompt_n < 1 || (strcmp(kv, "f32") && strcmp(kv, "int8"))) {
+    if (!path || runs < 1 || prompt_n < 1 || sequences < 1 || sequences > 4096 || (strcmp(kv, "f32") && strcmp(kv, "int8"))) {
         usage(stderr);
         return 2;
     }
@@ -209,7 +216,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     uint32_t *prompt = malloc(sizeof(uint32_t) * (size_t)prompt_n);
-    float *logits = malloc(sizeof(float) * info.out_vocab);  /* logits rows: out_vocab */
+    float *logits = malloc(sizeof(float) * info.out_vocab * (size_t)sequences);  /* out_vocab per state */
     prompt[0] = info.bos_id;
     for (long i = 1; i < prompt_n; ++i)  /* fixed pseudo-random ids, skipping 0..13 (specials) */
         prompt[i] = 14 + (uint32_t)((i * 2654435761u) % (info.vocab_size > 14 ? info.vocab_size - 14 : 1));
@@ -218,43 +225,63 @@ int main(int argc, char **argv) {
         needle_status st = needle_batch_create(model, (uint32_t)chunk, &batch);
         if (st != NEEDLE_OK) return die("batch", st);
     }
+    needle_batch *many = batch; /* scratch of needle_decode_many */
+    if (sequences > 1 && chunk < sequences) {
+        needle_status st = needle_batch_create(model, (uint32_t)sequences, &many);
+        if (st != NEEDLE_OK) return die("batch of --sequences", st);
+    }
+    needle_state **ss = calloc((size_t)sequences, sizeof *ss);
+    float **outs = calloc((size_t)sequences, sizeof *outs);
+    uint32_t *toks = calloc((size_t)sequences, sizeof *toks);
+    for (long q = 0; q < sequences; ++q) outs[q] = logits + (size_t)q * info.out_vocab;
     long long state_bytes = 0;
     for (long r = 0; r < runs; ++r) {
-        needle_state *s = NULL;
         needle_state_params sp;
         sp.struct_size = sizeof sp;
         needle_state_params_init(&sp);
         sp.kv_type = strcmp(kv, "int8") ? NEEDLE_KV_F32 : NEEDLE_KV_INT8;
         sp.max_tokens = (uint32_t)(max_tokens >= 0 ? max_tokens : prompt_n + decode_n);
-        const long long rss0 = resident_bytes();
-        needle_status st = needle_state_create_ex(model, &sp, &s);
-        if (st != NEEDLE_OK) return die("state", st);
-        if (r == 0) state_bytes = resident_bytes() - rss0;  /* the state's memory is written at creation */
-        double t0 = now_ms();
-        st = needle_state_prefill(s, batch, prompt, (size_t)prompt_n, logits, info.out_vocab);
-        pre[r] = now_ms() - t0;
-        if (st != NEEDLE_OK) return die("prefill", st);
-        t0 = now_ms();
+        needle_status st = NEEDLE_OK;
+        for (long q = 0; q < sequences; ++q) {
+            const long long rss0 = resident_bytes();
+            st = needle_state_create_ex(model, &sp, &ss[q]);
+            if (st != NEEDLE_OK) return die("state", st);
+            if (r == 0 && q == 0) state_bytes = resident_bytes() - rss0;  /* written at creation */
+            const double t0 = now_ms();
+            st = needle_state_prefill(ss[q], batch, prompt, (size_t)prompt_n, outs[q], info.out_vocab);
+            if (q == 0) pre[r] = now_ms() - t0;
+            if (st != NEEDLE_OK) return die("prefill", st);
+        }
+        const double t0 = now_ms();
         for (long i = 0; i < decode_n; ++i) {
-            st = needle_state_decode(s, argmax(logits, info.out_vocab), logits, info.out_vocab);
+            if (sequences == 1) {
+                st = needle_state_decode(ss[0], argmax(logits, info.out_vocab), logits, info.out_vocab);
+            } else {
+                for (long q = 0; q < sequences; ++q) toks[q] = argmax(outs[q], info.out_vocab);
+                st = needle_decode_many(ss, toks, (size_t)sequences, outs, info.out_vocab, many);
+            }
             if (st != NEEDLE_OK) return die("decode", st);
         }
         dec[r] = now_ms() - t0;
-        needle_state_free(s);
+        for (long q = 0; q < sequences; ++q) needle_state_free(ss[q]);
     }
+    if (many != batch) needle_batch_free(many);
+    free(ss), free(outs), free(toks);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double load_ms = median(load, (int)runs), prefill_ms = median(pre, (int)runs);
     const double decode_ms = median(dec, (int)runs);
-    const double pre_tps = prompt_n / (prefill_ms / 1e3), dec_tps = decode_n ? decode_n / (decode_ms / 1e3) : 0.0;
+    const double pre_tps = prompt_n / (prefill_ms / 1e3);
+    const double dec_tps = decode_n ? (double)sequences * decode_n / (decode_ms / 1e3) : 0.0; /* aggregate */
     const long long rss = (long long)ru.ru_maxrss * 1024;
     if (json) {
         /* threads: what ran (needle_model_info.n_threads); isa_requested: NEEDLE_FORCE_ISA, refused
-         * when it differs from isa */
-        printf("{\"isa\":\"%s\",\"isa_requested\":\"%s\",\"threads\":%u,\"threads_requested\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
+         * when it differs from isa; precision: needle_model_params.precision ("exact" until the
+         * fast mode lands); sequences: states decoded together (decode_tok_per_s is their sum) */
+        printf("{\"isa\":\"%s\",\"precision\":\"exact\",\"sequences\":%ld,\"isa_requested\":\"%s\",\"threads\":%u,\"threads_requested\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
                "\"prefill_ms\":%.3f,\"prefill_tok_per_s\":%.1f,\"decode_tokens\":%ld,\"decode_ms\":%.3f,"
                "\"decode_tok_per_s\":%.1f,\"peak_rss_bytes\":%lld,\"state_bytes\":%lld}\n",
-               needle_kernel_isa(), needle_kernel_isa_requested(), info.n_threads, threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
+               needle_kernel_isa(), sequences, needle_kernel_isa_requested(), info.n_threads, threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
                dec_tps, rss, state_bytes);
     } else {
         printf("model %s (isa %s, threads %u, chunk %ld, kv %s, runs %ld)\n", path, needle_kernel_isa(), info.n_threads,
@@ -265,7 +292,11 @@ int main(int argc, char **argv) {
             printf("isa      NEEDLE_FORCE_ISA=%s refused (unknown or not run here)\n", needle_kernel_isa_requested());
         printf("load     %8.3f ms\n", load_ms);
         printf("prefill  %8.1f ms  %5ld tokens  %8.1f tok/s\n", prefill_ms, prompt_n, pre_tps);
-        printf("decode   %8.1f ms  %5ld tokens  %8.1f tok/s\n", decode_ms, decode_n, dec_tps);
+        if (sequences > 1)
+            printf("decode   %8.1f ms  %5ld tokens x %ld sequences  %8.1f tok/s aggregate\n", decode_ms, decode_n,
+                   sequences, dec_tps);
+        else
+            printf("decode   %8.1f ms  %5ld tokens  %8.1f tok/s\n", decode_ms, decode_n, dec_tps);
         printf("peak RSS %8.1f MB\n", rss / 1048576.0);
         printf("state    %8.1f MB   (max_tokens %u, resident growth at creation)\n", state_bytes / 1048576.0,
                (unsigned)(max_tokens >= 0 ? max_tokens : prompt_n + decode_n));

@@ -302,6 +302,26 @@ NEEDLE_API needle_status needle_state_prefill(needle_state *state, needle_batch 
                                               const uint32_t *tokens, size_t n_tokens,
                                               float *logits, size_t logits_len);
 
+/** One decode step of `n` sequences at once: tokens[i] is fed to states[i] at its own position
+ *  and states[i] advances by one. The states must be of one model (Needle 2 or 3, any positions,
+ *  any options); each weight group is decoded once for all of them, attention stays per state.
+ *  Each state ends with the same bits and logits as needle_state_decode(states[i], tokens[i])
+ *  would give it. states[n], tokens[n]: caller's arrays (read only). logits: NULL with
+ *  logits_len 0 skips the LM head; otherwise n caller buffers of logits_len >= out_vocab floats
+ *  each, logits[i] receiving the next-token logits of states[i]. `scratch` is a needle_batch of
+ *  the same model with capacity >= n (it holds the step's rows; row i is states[i]). The call
+ *  allocates nothing. Thread-safety: the states and the batch must not be in use by another call
+ *  meanwhile (other states and batches of the model may run concurrently); it runs on the
+ *  first state's threads.
+ *  Everything is checked before any state changes; on failure no state changes.
+ *  Returns NEEDLE_OK; INVALID_ARGUMENT (NULL states/tokens/scratch, n 0 or above the batch's
+ *  capacity, a NULL or busy state, a state of another model than the batch's, a state listed
+ *  twice, a token >= vocab_size, NULL logits with logits_len > 0, a NULL logits[i]);
+ *  BUFFER_TOO_SMALL (logits_len < out_vocab); CONTEXT_FULL (a state at max_seq_len or its
+ *  max_tokens). */
+NEEDLE_API needle_status needle_decode_many(needle_state *const *states, const uint32_t *tokens, size_t n,
+                                            float *const *logits, size_t logits_len, needle_batch *scratch);
+
 /* ---------------------------------------------------------------- tokenizer */
 
 /** Encodes UTF-8 text with the model's own tokenizer (SentencePiece BPE with byte fallback and

@@ -531,6 +531,25 @@ void no_alloc(const std::string &name, size_t prompt_len, uint32_t capacity) {
         CHECK(w.news == 0);
         CHECK(w.deletes == 0);
     }
+    SUBCASE("needle_decode_many of 3 states, 8 steps") {
+        State s1 = new_state(m.get()), s2 = new_state(m.get());
+        REQUIRE(needle_state_prefill(s1.get(), b.get(), ids.data(), 7, nullptr, 0) == NEEDLE_OK);
+        needle_state *st3[] = {s.get(), s1.get(), s2.get()};
+        std::vector<float> l1(V), l2(V);
+        float *outs[] = {lg.data(), l1.data(), l2.data()};
+        const uint32_t toks[] = {15, 16, 17};
+        REQUIRE(needle_decode_many(st3, toks, 3, outs, V, b.get()) == NEEDLE_OK);  // warm-up
+        needle_status st[8];
+        w.start();
+        for (int i = 0; i < 8; ++i)
+            st[i] = needle_decode_many(st3, toks, 3 - uint32_t(i % 2), i % 3 ? outs : nullptr, i % 3 ? V : 0, b.get());
+        w.stop();
+        for (needle_status x : st) REQUIRE(x == NEEDLE_OK);
+        INFO(name << ": operator new calls in 8 decode_many steps: " << w.news << ", delete calls: " << w.deletes
+                  << "\n" << AllocWatch::report());
+        CHECK(w.news == 0);
+        CHECK(w.deletes == 0);
+    }
     SUBCASE("batched prefill after the first") {
         needle_status st[3];
         for (int rep = 0; rep < 3; ++rep) {

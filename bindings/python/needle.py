@@ -28,7 +28,7 @@ from array import array
 
 __all__ = [
     "NeedleError", "Model", "State", "Batch", "ModelInfo", "GenerateResult",
-    "version", "abi_version", "status_string", "ABI_VERSION",
+    "version", "abi_version", "status_string", "ABI_VERSION", "decode_many",
 ]
 
 ABI_VERSION = 1  # NEEDLE_ABI_VERSION this module was written against
@@ -129,6 +129,7 @@ _SIGNATURES = {
     "needle_batch_free": (None, [_vp]),
     "needle_state_decode": (_st, [_vp, ctypes.c_uint32, _f32p, _size]),
     "needle_state_prefill": (_st, [_vp, _vp, _u32p, _size, _f32p, _size]),
+    "needle_decode_many": (_st, [ctypes.POINTER(_vp), _u32p, _size, ctypes.POINTER(_f32p), _size, _vp]),
     "needle_model_tokenize": (_st, [_vp, ctypes.c_char_p, _size, ctypes.c_int, _u32p, _size,
                                     ctypes.POINTER(_size)]),
     "needle_model_detokenize": (_st, [_vp, _u32p, _size, ctypes.c_char_p, _size,
@@ -392,6 +393,25 @@ class Batch(_Handle):
         _check(lib.needle_batch_create(model._handle, capacity, ctypes.byref(out)))
         self._ptr = out.value
         self.capacity = capacity
+
+
+def decode_many(states, tokens, batch, logits=True):
+    """One decode step of several states of one model at once (needle.h needle_decode_many):
+    tokens[i] is fed to states[i]; `batch` (capacity >= len(states)) is the step's scratch.
+    Returns a list of the states' next-token logits as array('f') (None if logits=False); each
+    is what states[i].decode(tokens[i]) would give. On an error no state has changed."""
+    n = len(states)
+    if len(tokens) != n:
+        raise ValueError("decode_many: %d states but %d tokens" % (n, len(tokens)))
+    handles = (_vp * n)(*[s._handle for s in states])
+    ids = (ctypes.c_uint32 * n)(*tokens)
+    outs, ptrs, width = [None] * n, None, 0
+    if logits and n:
+        width = states[0].vocab_size
+        outs = [array("f", bytes(4 * width)) for _ in range(n)]
+        ptrs = (_f32p * n)(*[ctypes.cast(o.buffer_info()[0], _f32p) for o in outs])
+    _check(lib.needle_decode_many(handles, ids, n, ptrs, width, batch._handle))
+    return outs
 
 
 class GenerateResult:

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "generate/generate.h"
 #include "model/model.h"
@@ -29,6 +30,7 @@ struct needle_state {
 struct needle_batch {
     std::shared_ptr<const needle::Model> model;
     std::unique_ptr<needle::Workspace> ws;
+    std::vector<needle::Sequence *> seqs;  // [capacity]: the sequences of a needle_decode_many step
 };
 
 namespace needle {

@@ -312,6 +312,7 @@ needle_status needle_batch_create(needle_model *model, uint32_t capacity, needle
         auto b = std::make_unique<needle_batch>();
         b->model = model->m;
         b->ws = b->model->new_workspace(capacity);
+        b->seqs.resize(capacity);
         *out = b.release();
         return NEEDLE_OK;
     });
@@ -343,6 +344,52 @@ needle_status needle_state_prefill(needle_state *state, needle_batch *batch, con
     if (st != NEEDLE_OK || n_tokens == 0) return st;
     return guarded([&] {
         needle::feed(*state->model, *state->seq, batch ? *batch->ws : *state->step, tokens, n_tokens, logits);
+        return NEEDLE_OK;
+    });
+}
+
+needle_status needle_decode_many(needle_state *const *states, const uint32_t *tokens, size_t n,
+                                 float *const *logits, size_t logits_len, needle_batch *scratch) {
+    const char *fn = "needle_decode_many";
+    if (!states || !tokens || !scratch)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: states, tokens or scratch is NULL", fn);
+    if (n == 0 || n > scratch->ws->capacity)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: n %zu is not within 1..%u (the batch's capacity)", fn, n,
+                      scratch->ws->capacity);
+    const needle::Model &m = *scratch->model;
+    // INVALID_ARGUMENT first (all states), then the buffers, then room (needle.h, Errors).
+    for (size_t i = 0; i < n; ++i) {
+        const needle_state *s = states[i];
+        if (!s) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: states[%zu] is NULL", fn, i);
+        if (s->busy) return busy_error(fn);
+        if (s->model.get() != &m)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: states[%zu] is of another model than the batch", fn, i);
+        for (size_t j = 0; j < i; ++j)  // n <= capacity: quadratic is a few thousand compares at most
+            if (states[j] == s)
+                return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: states[%zu] and states[%zu] are the same state", fn, j, i);
+        if (tokens[i] >= m.info().vocab_size)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: token %u at index %zu is >= vocab_size %u", fn, tokens[i],
+                          i, m.info().vocab_size);
+    }
+    if (!logits && logits_len > 0)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: logits is NULL but logits_len is %zu", fn, logits_len);
+    if (logits)
+        for (size_t i = 0; i < n; ++i)
+            if (!logits[i]) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: logits[%zu] is NULL", fn, i);
+    if (logits && logits_len < m.info().out_vocab)
+        return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: logits_len %zu < out_vocab %u (logits rows)", fn, logits_len,
+                      m.info().out_vocab);
+    for (size_t i = 0; i < n; ++i) {
+        const needle::Sequence &q = *states[i]->seq;
+        if (q.pos >= q.limit)
+            return errorf(NEEDLE_E_CONTEXT_FULL, "%s: states[%zu] is full (position %u, %s %u)", fn, i, q.pos,
+                          q.limit < m.info().max_seq_len ? "max_tokens" : "max_seq_len", q.limit);
+    }
+    // The Sequence pointers go in the batch's own list: the call allocates nothing.
+    return guarded([&] {
+        std::vector<needle::Sequence *> &seqs = scratch->seqs;
+        for (size_t i = 0; i < n; ++i) seqs[i] = states[i]->seq.get();
+        needle::feed_many(m, seqs.data(), *scratch->ws, tokens, uint32_t(n), logits);
         return NEEDLE_OK;
     });
 }

@@ -75,14 +75,23 @@ FileBytes::~FileBytes() {
 }
 
 std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, const LoadOptions &opt) {
+    std::shared_ptr<const Model> m;
     if (bytes->size() >= 4 && read_u32(bytes->data()) == kCactTagV3) {
         const ContainerV3 c = parse_cact_v3(bytes->data(), bytes->size());
-        return std::make_shared<Needle3Model>(std::move(bytes), c, opt.n_threads, opt.depth);
+        m = std::make_shared<Needle3Model>(bytes, c, opt.n_threads, opt.depth);
+    } else {
+        const ContainerV2 c = parse_cact_v2(bytes->data(), bytes->size());
+        if (opt.depth != 0)
+            fail(NEEDLE_E_INVALID_ARGUMENT, strf("depth %u: a Needle 2 model has no depth ladder (use 0)", opt.depth));
+        m = std::make_shared<Needle2Model>(bytes, c, opt.n_threads);
     }
-    const ContainerV2 c = parse_cact_v2(bytes->data(), bytes->size());
-    if (opt.depth != 0)
-        fail(NEEDLE_E_INVALID_ARGUMENT, strf("depth %u: a Needle 2 model has no depth ladder (use 0)", opt.depth));
-    return std::make_shared<Needle2Model>(std::move(bytes), c, opt.n_threads);
+    // Validation, conversion and the rows-in-lanes copies read every page of the file; what the
+    // forward pass reads from it afterwards is small (the embedding and Engram table rows of the
+    // tokens fed; the stored matrices only under kernels that read the stored form). Dropping all
+    // of its pages from the RSS now (a read-only mapping: they are read again where touched)
+    // leaves resident only the pages actually used. A no-op for copied bytes.
+    bytes->release_pages(bytes->data(), bytes->size());
+    return m;
 }
 
 }  // namespace needle
@@ -96,5 +105,10 @@ void feed(const Model &m, Sequence &seq, Workspace &ws, const uint32_t *tokens, 
             m.forward(seq, ws, tokens + i, chunk, i + chunk == n ? logits : nullptr);
         }
     });
+}
+
+void feed_many(const Model &m, Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+               float *const *logits) {
+    seqs[0]->arena.execute([&] { m.forward_many(seqs, ws, tokens, n, logits); });
 }
 }  // namespace needle

@@ -126,6 +126,14 @@ public:
     // Allocates nothing.
     virtual void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                          float *logits) const = 0;
+    // One decode step of n sequences at once (needle_decode_many): tokens[i] at seqs[i]->pos,
+    // each advanced by one; workspace row i holds sequence i, so each weight group is decoded
+    // once for all of them while attention and the other histories stay per sequence. Per
+    // sequence the same bits as forward() with one token. Preconditions (checked by the caller):
+    // 1 <= n <= ws.capacity, distinct sequences of this model each below its limit, tokens <
+    // vocab_size. logits: null, or n non-null buffers of out_vocab floats. Allocates nothing.
+    virtual void forward_many(Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+                              float *const *logits) const = 0;
 
     int n_threads() const { return n_threads_; }  // as loaded: clamp_threads() of the request
 
@@ -185,4 +193,7 @@ namespace needle {
 // Model::forward, except n may exceed the capacity.
 void feed(const Model &m, Sequence &seq, Workspace &ws, const uint32_t *tokens, size_t n,
           float *logits);
+// Model::forward_many inside the first sequence's task arena (all share the model's thread count).
+void feed_many(const Model &m, Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+               float *const *logits);
 }  // namespace needle

@@ -149,7 +149,17 @@ void Needle2Model::Seq::visit_state(uint32_t at, StateVisitor fn, void *ctx) {
 
 // ---------------------------------------------------------------- workspace (chunk scratch)
 
+// Rows i0 .. i0+n-1 of a workspace hold positions p0 .. p0+n-1 of sequence *s: a prefill chunk
+// is one part, a needle_decode_many step one part per sequence (n = 1 each). Row-wise work and
+// the matmuls run over all rows at once; what reads a sequence's history (KV ring, Engram ring,
+// pooling) runs part by part.
+struct Needle2Model::Part {
+    Seq *s;
+    uint32_t i0, n, p0;
+};
+
 struct Needle2Model::Work final : Workspace {
+    std::vector<Part> parts;     // [capacity], filled by forward_many
     std::vector<float> buf;
     std::vector<uint32_t> hash;  // [cap][T] table slots, UINT32_MAX = n-gram not yet valid
     // Per-position strides are the widths below; every pointer is [capacity][width].
@@ -182,6 +192,7 @@ std::unique_ptr<Workspace> Needle2Model::new_workspace(uint32_t cap) const {
     w->hf = p + size_t(g.H) * g.Tmax;
     w->hfh = w->hf + g.D;
     w->hash.assign(size_t(cap) * std::max(1u, g.T), 0u);
+    w->parts.resize(cap);
     return w;
 }
 
@@ -300,11 +311,11 @@ void Needle2Model::bind(const ContainerV2 &c) {
     rope_inv_freq_ = inv_freq;
 }
 
-// RoPE angles of positions p0 .. p0+n-1 (§2.1): float32 angle, cos and sin evaluated in double.
-void Needle2Model::rope_rows(Work &w, uint32_t p0, uint32_t n) const {
+// RoPE angles of positions p0 .. p0+n-1 into rows i0 .. (§2.1): float32 angle, cos and sin evaluated in double.
+void Needle2Model::rope_rows(Work &w, uint32_t i0, uint32_t p0, uint32_t n) const {
     const uint32_t half = g_.hd / 2;
     for (uint32_t i = 0; i < n; ++i) {
-        float *cs = w.rope + size_t(i) * g_.hd, *sn = cs + half;
+        float *cs = w.rope + size_t(i0 + i) * g_.hd, *sn = cs + half;
         for (uint32_t k = 0; k < half; ++k) {
             const float angle = float(p0 + i) * rope_inv_freq_[k];
             cs[k] = float(std::cos(double(angle)));
@@ -317,23 +328,42 @@ void Needle2Model::rope_rows(Work &w, uint32_t p0, uint32_t n) const {
 
 void Needle2Model::forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                            float *logits) const {
-    Seq &s = static_cast<Seq &>(seq);
     Work &w = static_cast<Work &>(ws);
-    const uint32_t p0 = s.pos;
-    std::copy(tokens, tokens + n, s.hist.begin() + p0);  // step 1, whole chunk first (§6)
-    embed(w, tokens, n);
-    rope_rows(w, p0, n);
-    engram(s, w, p0, n);
+    const Part part{&static_cast<Seq &>(seq), 0, n, seq.pos};
+    run(&part, 1, w, tokens, n);
+    if (logits) lm_head(w, n - 1, logits);
+}
+
+void Needle2Model::forward_many(Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+                                float *const *logits) const {
+    Work &w = static_cast<Work &>(ws);
+    for (uint32_t i = 0; i < n; ++i) w.parts[i] = Part{static_cast<Seq *>(seqs[i]), i, 1, seqs[i]->pos};
+    run(w.parts.data(), n, w, tokens, n);
+    if (logits) lm_head_many(w, n, logits);
+}
+
+// Rows 0..R-1 of the workspace through the whole network, tokens[i] at row i (parts: above).
+void Needle2Model::run(const Part *parts, uint32_t np, Work &w, const uint32_t *tokens, uint32_t R) const {
+    for (const Part *p = parts; p != parts + np; ++p) {
+        std::copy(tokens + p->i0, tokens + p->i0 + p->n, p->s->hist.begin() + p->p0);  // step 1 (§6)
+        rope_rows(w, p->i0, p->p0, p->n);
+    }
+    embed(w, tokens, R);
+    engram(parts, np, w, R);
     // Probe-head cells (§7.1) are pooled as they appear: e0 now, each layer's lanes after it.
     // w.Xn is free between layers and holds the chunk's cells.
-    const bool pool = !s.pool.acc.empty();
-    if (pool) pool_cells(s.pool, 0, w.X, tokens, n, w.Xn);
+    auto pool = [&](uint32_t c) {
+        for (const Part *p = parts; p != parts + np; ++p)
+            if (!p->s->pool.acc.empty())
+                pool_cells(p->s->pool, c, w.X + size_t(p->i0) * g_.nD, tokens + p->i0, p->n,
+                           w.Xn + size_t(p->i0) * g_.nD);
+    };
+    pool(0);
     for (uint32_t l = 0; l < g_.L; ++l) {
-        layer(s, w, l, p0, n);
-        if (pool) pool_cells(s.pool, l + 1, w.X, tokens, n, w.Xn);
+        layer(parts, np, w, l, R);
+        pool(l + 1);
     }
-    s.pos = p0 + n;
-    if (logits) lm_head(w, n - 1, logits);
+    for (const Part *p = parts; p != parts + np; ++p) p->s->pos = p->p0 + p->n;
 }
 
 void Needle2Model::probe_head_output(const Sequence &seq, ProbeHead h, float *out) const {
@@ -353,17 +383,18 @@ void Needle2Model::embed(Work &w, const uint32_t *tokens, uint32_t n) const {
 }
 
 // Step 3: Engram keys and convolved values of every site, once per position.
-void Needle2Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
+void Needle2Model::engram(const Part *parts, uint32_t np, Work &w, uint32_t n) const {
     const Needle2Geometry &g = g_;
     if (g.S == 0) return;
-    for (uint32_t i = 0; i < n; ++i) {  // hashes are shared by all sites
-        const uint32_t p = p0 + i;
-        for (uint32_t tau = 0; tau < g.T; ++tau) {
-            const uint32_t order = g.orders[tau / g.heads_e];
-            w.hash[size_t(i) * g.T + tau] = (p + 1 >= order)
-                ? engram_hash(s.hist.data(), p, tau, order, g.slots) : UINT32_MAX;
+    for (const Part *pt = parts; pt != parts + np; ++pt)
+        for (uint32_t i = 0; i < pt->n; ++i) {  // hashes are shared by all sites
+            const uint32_t p = pt->p0 + i;
+            for (uint32_t tau = 0; tau < g.T; ++tau) {
+                const uint32_t order = g.orders[tau / g.heads_e];
+                w.hash[size_t(pt->i0 + i) * g.T + tau] = (p + 1 >= order)
+                    ? engram_hash(pt->s->hist.data(), p, tau, order, g.slots) : UINT32_MAX;
+            }
         }
-    }
     const size_t SD = size_t(g.S) * g.D;
     for (uint32_t si = 0; si < g.S; ++si) {
         const Needle2EngramSite &st = sites_[si];
@@ -382,16 +413,20 @@ void Needle2Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
         cq_matmul_many(kv, 2, w.fh, g.F_pad, n);
         // Tap convolution over un-convolved values at p - j*dil: from this chunk when q >= p0,
         // else from the ring; the ring is written only afterwards (§6).
-        float *ring = s.vraw.data() + size_t(si) * s.vring * g.D;
-        for (uint32_t i = 0; i < n; ++i)
-            engram_conv_at(p0 + i, p0, g.taps, g.dil, 0, st.taps, vc, SD, ring, s.vring, g.D,
-                           w.ev + i * SD + size_t(si) * g.D);
-        engram_ring_store(p0, n, vc, SD, ring, s.vring, g.D);
+        for (const Part *pt = parts; pt != parts + np; ++pt) {
+            Seq &s = *pt->s;
+            float *ring = s.vraw.data() + size_t(si) * s.vring * g.D;
+            const float *vp = vc + size_t(pt->i0) * SD;
+            for (uint32_t i = 0; i < pt->n; ++i)
+                engram_conv_at(pt->p0 + i, pt->p0, g.taps, g.dil, 0, st.taps, vp, SD, ring, s.vring, g.D,
+                               w.ev + (pt->i0 + i) * SD + size_t(si) * g.D);
+            engram_ring_store(pt->p0, pt->n, vp, SD, ring, s.vring, g.D);
+        }
     }
 }
 
 // Step 5: one layer over the chunk.
-void Needle2Model::layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const {
+void Needle2Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t l, uint32_t n) const {
     const Needle2Geometry &g = g_;
     const Needle2Layer &ly = layers_[l];
     const uint32_t N = g.n, D = g.D;
@@ -436,57 +471,93 @@ void Needle2Model::layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) c
     const CqProduct qkvg[] = {{&ly.q, 0, g.A, w.q, g.A}, {&ly.k, 0, g.Kd, w.k, g.Kd},
                               {&ly.v, 0, g.Kd, w.v, g.Kd}, {&ly.gate, 0, g.A, w.gl, g.A}};
     cq_matmul_many(qkvg, 4, w.hAh, g.D_pad, n);
-    attention(s, w, l, p0, n);
+    if (np == 1) attention(*parts->s, w, l, parts->p0, parts->n, parts->i0);
+    else attention_many(parts, np, w, l);  // forward_many: one position per part
     cq_matmul(ly.out, w.oh, g.A_pad, n, 0, D, w.att, D);
     for_positions(n, [&](uint32_t i) { block_tail(w, l, i); });
 }
 
-// 5.5 q/k norms, RoPE, cache write and attention, strictly in position order: with a ring of
-// `window` slots, writing p+1 before attending p would overwrite a key p still sees (§6).
-void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const {
+// 5.5 before attention, row i at position p of s: q/k norms, RoPE, K/V written to the cache.
+void Needle2Model::qk_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i) const {
     const Needle2Geometry &g = g_;
     const Needle2Layer &ly = layers_[l];
-    const uint32_t half = g.hd / 2, group = g.H / g.K;
-    for (uint32_t i = 0; i < n; ++i) {
-        const uint32_t p = p0 + i;
-        const float *cs = w.rope + size_t(i) * g.hd, *sn = cs + half;
-        float *q = w.q + size_t(i) * g.A, *k = w.k + size_t(i) * g.Kd, *v = w.v + size_t(i) * g.Kd;
-        for (uint32_t r = 0; r < g.H; ++r) {
-            zcrms(q + r * g.hd, ly.q_norm, g.hd, q + r * g.hd);
-            rope(q + r * g.hd, g.hd, cs, sn);
-        }
-        for (uint32_t kv = 0; kv < g.K; ++kv) {
-            zcrms(k + kv * g.hd, ly.k_norm, g.hd, k + kv * g.hd);
-            rope(k + kv * g.hd, g.hd, cs, sn);
-            s.store(g, l, kv, false, p, k + kv * g.hd);
-            s.store(g, l, kv, true, p, v + kv * g.hd);
-        }
-        const uint32_t lo = s.kvl.lo(p);  // visible keys: kv_layout.h
-        float *o = w.o + size_t(i) * g.A;
-        const float *gl = w.gl + size_t(i) * g.A;
-        auto head = [&](uint32_t r) {
-            const uint32_t kv = r / group;
-            float *scores = w.scores + size_t(r) * g.Tmax;
-            if (s.kv_type == KvType::INT8)
-                attention_head(q + r * g.hd, s.ring_of(g, l, kv, false, s.kv8.data(), s.kv_scale.data()),
-                               s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, scores,
-                               o + r * g.hd);
-            else
-                attention_head(q + r * g.hd, s.ring_of<float>(g, l, kv, false, s.kv.data(), nullptr),
-                               s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, scores,
-                               o + r * g.hd);
-        };
-        // Heads are independent (own scores, own output): split over the arena's threads once
-        // the keys are many enough to pay for it (needle2 at 64+ keys: >= 2^16 multiply-adds).
-        if (uint64_t(g.H) * (p - lo + 1) * (2 * g.hd) >= (uint64_t(1) << 16))
+    const float *cs = w.rope + size_t(i) * g.hd, *sn = cs + g.hd / 2;
+    float *q = w.q + size_t(i) * g.A, *k = w.k + size_t(i) * g.Kd, *v = w.v + size_t(i) * g.Kd;
+    for (uint32_t r = 0; r < g.H; ++r) {
+        zcrms(q + r * g.hd, ly.q_norm, g.hd, q + r * g.hd);
+        rope(q + r * g.hd, g.hd, cs, sn);
+    }
+    for (uint32_t kv = 0; kv < g.K; ++kv) {
+        zcrms(k + kv * g.hd, ly.k_norm, g.hd, k + kv * g.hd);
+        rope(k + kv * g.hd, g.hd, cs, sn);
+        s.store(g, l, kv, false, p, k + kv * g.hd);
+        s.store(g, l, kv, true, p, v + kv * g.hd);
+    }
+}
+
+// Attention of head r for row i at position p of s (own scores row, own output slice).
+void Needle2Model::attend(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i, uint32_t r) const {
+    const Needle2Geometry &g = g_;
+    const uint32_t kv = r / (g.H / g.K), lo = s.kvl.lo(p);  // visible keys: kv_layout.h
+    const float *q = w.q + size_t(i) * g.A + r * g.hd;
+    float *o = w.o + size_t(i) * g.A + r * g.hd, *scores = w.scores + size_t(r) * g.Tmax;
+    if (s.kv_type == KvType::INT8)
+        attention_head(q, s.ring_of(g, l, kv, false, s.kv8.data(), s.kv_scale.data()),
+                       s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, scores, o);
+    else
+        attention_head(q, s.ring_of<float>(g, l, kv, false, s.kv.data(), nullptr),
+                       s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, scores, o);
+}
+
+// Output gate of row i and the prepared input of out_proj.
+void Needle2Model::gate_out(Work &w, uint32_t i) const {
+    const Needle2Geometry &g = g_;
+    float *o = w.o + size_t(i) * g.A;
+    const float *gl = w.gl + size_t(i) * g.A;
+    for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
+    cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);
+}
+
+// Heads are independent (own scores, own output): split over the arena's threads once the keys
+// are many enough to pay for it (needle2 at 64+ keys: >= 2^16 multiply-adds).
+constexpr uint64_t kParallelAttention = uint64_t(1) << 16;
+
+// 5.5 q/k norms, RoPE, cache write and attention of positions p0..p0+n-1 of s (workspace rows
+// i0..), strictly in position order: with a ring of `window` slots, writing p+1 before attending
+// p would overwrite a key p still sees (§6).
+void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n, uint32_t i0) const {
+    const Needle2Geometry &g = g_;
+    for (uint32_t j = 0; j < n; ++j) {
+        const uint32_t p = p0 + j, i = i0 + j;  // position, workspace row
+        qk_store(s, w, l, p, i);
+        if (uint64_t(g.H) * (p - s.kvl.lo(p) + 1) * (2 * g.hd) >= kParallelAttention)
             parallel_for(0, g.H, 1, [&](uint32_t b, uint32_t e) {
-                for (uint32_t r = b; r != e; ++r) head(r);
+                for (uint32_t r = b; r != e; ++r) attend(s, w, l, p, i, r);
             });
         else
-            for (uint32_t r = 0; r < g.H; ++r) head(r);
-        for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
-        cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);
+            for (uint32_t r = 0; r < g.H; ++r) attend(s, w, l, p, i, r);
+        gate_out(w, i);
     }
+}
+
+// 5.5 for a needle_decode_many step: parts of one position each, of distinct sequences, so no
+// cache write is read by another row: every row's K/V is stored first, then all heads of all
+// rows run in one parallel region (one fork/join per layer, not one per sequence; thread r
+// reuses scores row r), then the gates. Per row the bits of attention().
+void Needle2Model::attention_many(const Part *parts, uint32_t np, Work &w, uint32_t l) const {
+    const Needle2Geometry &g = g_;
+    uint64_t macs = 0;
+    for (const Part *pt = parts; pt != parts + np; ++pt) {
+        qk_store(*pt->s, w, l, pt->p0, pt->i0);
+        macs += uint64_t(g.H) * (pt->p0 - pt->s->kvl.lo(pt->p0) + 1) * (2 * g.hd);
+    }
+    auto heads = [&](uint32_t b, uint32_t e) {  // sequence outer: heads of a KV group reuse its keys in cache
+        for (const Part *pt = parts; pt != parts + np; ++pt)
+            for (uint32_t r = b; r != e; ++r) attend(*pt->s, w, l, pt->p0, pt->i0, r);
+    };
+    if (macs >= kParallelAttention) parallel_for(0, g.H, 1, heads);
+    else heads(0, g.H);
+    for (const Part *pt = parts; pt != parts + np; ++pt) gate_out(w, pt->i0);
 }
 
 // 5.5 (residual) to 5.9 for position i of the chunk.
@@ -514,8 +585,8 @@ void Needle2Model::block_tail(Work &w, uint32_t l, uint32_t i) const {
                 w.rv + size_t(i) * N * N, l % N, y, N, D, w.X + size_t(i) * g.nD, w.Xn + size_t(i) * g.nD);
 }
 
-// Step 6: tied LM head on zcrms(mean of lanes; final_norm).
-void Needle2Model::lm_head(Work &w, uint32_t i, float *logits) const {
+// Step 6 input of row i: the prepared zcrms(mean of lanes; final_norm) into hfh[D_pad].
+void Needle2Model::lm_input(Work &w, uint32_t i, float *hfh) const {
     const Needle2Geometry &g = g_;
     const float *X = w.X + size_t(i) * g.nD;
     for (uint32_t c = 0; c < g.D; ++c) {
@@ -524,8 +595,34 @@ void Needle2Model::lm_head(Work &w, uint32_t i, float *logits) const {
         w.hf[c] = sum / float(g.n);
     }
     zcrms(w.hf, final_norm_, g.D, w.hf);
-    cq_prepare_input(w.hf, g.D, g.D_pad, g.G, w.hfh);
-    cq_matmul(embedding_, w.hfh, g.D_pad, 1, 0, g.V, logits, g.V);
+    cq_prepare_input(w.hf, g.D, g.D_pad, g.G, hfh);
+}
+
+// Step 6: tied LM head of row i.
+void Needle2Model::lm_head(Work &w, uint32_t i, float *logits) const {
+    lm_input(w, i, w.hfh);
+    cq_matmul(embedding_, w.hfh, g_.D_pad, 1, 0, g_.V, logits, g_.V);
+}
+
+// Step 6 of rows 0..n-1 into logits[i], each embedding group decoded once per pass: the inputs
+// go to w.hAh (free after the last layer); the products to the scratch before w.hAh (free too),
+// as many rows per pass as fit there, then into the caller's buffers. Per row the same bits as
+// lm_head (cq_matmul does not depend on the row count).
+void Needle2Model::lm_head_many(Work &w, uint32_t n, float *const *logits) const {
+    const Needle2Geometry &g = g_;
+    for (uint32_t i = 0; i < n; ++i) lm_input(w, i, w.hAh + size_t(i) * g.D_pad);
+    const uint32_t fit = uint32_t(std::min<size_t>(n, size_t(w.hAh - w.buf.data()) / g.V));
+    if (fit < 2) {
+        for (uint32_t i = 0; i < n; ++i)
+            cq_matmul(embedding_, w.hAh + size_t(i) * g.D_pad, g.D_pad, 1, 0, g.V, logits[i], g.V);
+        return;
+    }
+    float *y = w.buf.data();
+    for (uint32_t b = 0; b < n; b += fit) {
+        const uint32_t m = std::min(fit, n - b);
+        cq_matmul(embedding_, w.hAh + size_t(b) * g.D_pad, g.D_pad, m, 0, g.V, y, g.V);
+        for (uint32_t i = 0; i < m; ++i) std::memcpy(logits[b + i], y + size_t(i) * g.V, sizeof(float) * g.V);
+    }
 }
 
 }  // namespace needle

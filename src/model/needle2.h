@@ -31,12 +31,16 @@ struct Needle2Geometry {
     float rope_theta;
 };
 
-// One probe head bound from the container (§8): probes [P][D], proj [out][P*D], bias [out], as
-// f32; `first` = index of its first probe among all heads' probes in the pool.
+// One probe head bound from the container (§8): probes [P][D] and bias [out] as f32; proj
+// [out][P*D] read in place from the record (FP16 or FP32, proj_f16): it is used only when a head
+// output is asked for, and an f32 copy cost ~1 MB and ~2.5 M instructions of load for needle2.
+// `first` = index of its first probe among all heads' probes in the pool.
 struct Needle2Head {
     ProbeHead kind;
     uint32_t P, out, first;
-    const float *probes, *proj, *bias;
+    const float *probes, *bias;
+    const uint8_t *proj;
+    bool proj_f16;
     Model::ByteSpan stored[3];  // the records' bytes: probes, proj, bias
 };
 
@@ -63,6 +67,8 @@ public:
     std::unique_ptr<Workspace> new_workspace(uint32_t capacity) const override;
     void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                  float *logits) const override;
+    void forward_many(Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+                      float *const *logits) const override;
 
     const Needle2Geometry &geometry() const { return g_; }
 
@@ -72,6 +78,7 @@ public:
 
 private:
     struct Seq;
+    struct Part;
     struct Work;
 
     std::shared_ptr<const FileBytes> bytes_;
@@ -100,13 +107,20 @@ private:
     void head_output(ProbePool &pool, ProbeHead kind, float *out) const;
 
     void bind(const ContainerV2 &c);
+    void run(const Part *parts, uint32_t np, Work &w, const uint32_t *tokens, uint32_t rows) const;
     void embed(Work &w, const uint32_t *tokens, uint32_t n) const;
-    void rope_rows(Work &w, uint32_t p0, uint32_t n) const;
-    void engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const;
-    void layer(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const;
-    void attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n) const;
+    void rope_rows(Work &w, uint32_t i0, uint32_t p0, uint32_t n) const;
+    void engram(const Part *parts, uint32_t np, Work &w, uint32_t n) const;
+    void layer(const Part *parts, uint32_t np, Work &w, uint32_t l, uint32_t n) const;
+    void attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n, uint32_t i0) const;
+    void attention_many(const Part *parts, uint32_t np, Work &w, uint32_t l) const;
+    void qk_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i) const;
+    void attend(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i, uint32_t r) const;
+    void gate_out(Work &w, uint32_t i) const;
     void block_tail(Work &w, uint32_t l, uint32_t i) const;
+    void lm_input(Work &w, uint32_t i, float *hfh) const;
     void lm_head(Work &w, uint32_t i, float *logits) const;
+    void lm_head_many(Work &w, uint32_t n, float *const *logits) const;
 };
 
 // Effective window of a v2 header (model-v2.md §4.2); 0 = full causal.

@@ -55,7 +55,7 @@ void Needle2Model::bind_heads(const ContainerV2 &c) {
     for (const ProbeHeadRecords &r : c.heads) {
         const TensorRecord &pr = c.tensors[r.probes], &pj = c.tensors[r.proj];
         probes += pr.shape[0];
-        need += size_t(pr.shape[0]) * g.D + size_t(pj.shape[0]) * pj.shape[1] + pj.shape[0];
+        need += size_t(pr.shape[0]) * g.D + pj.shape[0];
     }
     if (probes * (g.L + 1) * (uint64_t(g.D) + 2) > kMaxPoolDoubles)
         fail(NEEDLE_E_FORMAT, strf("probe heads: %llu probes over %u cells of d_model %u exceed this build's "
@@ -67,9 +67,9 @@ void Needle2Model::bind_heads(const ContainerV2 &c) {
         Needle2Head h;
         h.kind = r.kind == ProbeHeadKind::Contrastive ? ProbeHead::Contrastive : ProbeHead::Confidence;
         h.P = pr.shape[0], h.out = pj.shape[0], h.first = head_probes_;
-        const size_t np = size_t(h.P) * g.D, nj = size_t(h.out) * h.P * g.D;
+        const size_t np = size_t(h.P) * g.D;
         record_to_f32(pr, np, p), h.probes = p, p += np;
-        record_to_f32(pj, nj, p), h.proj = p, p += nj;
+        h.proj = pj.data, h.proj_f16 = pj.dtype != DType::F32;
         record_to_f32(bs, h.out, p), h.bias = p, p += h.out;
         h.stored[0] = {pr.data, size_t(pr.nbytes)}, h.stored[1] = {pj.data, size_t(pj.nbytes)};
         h.stored[2] = {bs.data, size_t(bs.nbytes)};
@@ -181,9 +181,20 @@ void Needle2Model::head_output(ProbePool &pool, ProbeHead kind, float *out) cons
             for (uint32_t d = 0; d < D; ++d) pooled[d] += r * a[2 + d];
         }
         for (uint32_t o = 0; o < h->out; ++o) {
-            const float *w = h->proj + size_t(o) * h->P * D + size_t(k) * D;
+            const size_t first = size_t(o) * h->P * D + size_t(k) * D;  // element index in proj
             double dot = 0.0;
-            for (uint32_t d = 0; d < D; ++d) dot += double(w[d]) * pooled[d];
+            if (h->proj_f16) {
+                const uint8_t *w = h->proj + 2 * first;
+                for (uint32_t d = 0; d < D; ++d)
+                    dot += double(f16_to_f32(uint16_t(w[2 * d] | (w[2 * d + 1] << 8)))) * pooled[d];
+            } else {
+                const uint8_t *w = h->proj + 4 * first;
+                for (uint32_t d = 0; d < D; ++d) {
+                    float x;
+                    std::memcpy(&x, w + 4 * d, 4);
+                    dot += double(x) * pooled[d];
+                }
+            }
             res[o] += dot / s;
         }
     }

@@ -230,6 +230,7 @@ std::unique_ptr<Workspace> Needle3Model::new_workspace(uint32_t cap) const {
     w->hf = p + size_t(g.H) * max_slots;
     w->hfh = w->hf + g.d;
     w->hash.assign(size_t(cap) * std::max(1u, g.n_tables), 0u);
+    w->parts.resize(cap);
     return w;
 }
 
@@ -375,26 +376,42 @@ void Needle3Model::bind(const ContainerV3 &c, uint32_t depth) {
 
 void Needle3Model::forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                            float *logits) const {
-    Seq &s = static_cast<Seq &>(seq);
     Work &w = static_cast<Work &>(ws);
-    const uint32_t p0 = s.pos;
-    std::copy(tokens, tokens + n, s.hist.begin() + p0);
-    embed(s, w, tokens, n);
-    const uint32_t half = g_.dq / 2;
-    for (uint32_t i = 0; i < n; ++i)  // RoPE angles (float) of each position, cos/sin in double
-        for (uint32_t k = 0; k < half; ++k) {
-            const float a = float(p0 + i) * rope_inv_freq_[k];
-            w.rope[size_t(i) * g_.dq + k] = float(std::cos(double(a)));
-            w.rope[size_t(i) * g_.dq + half + k] = float(std::sin(double(a)));
-        }
-    engram(s, w, p0, n);
-    for (uint32_t li = 0; li < g_.L; ++li) layer(s, w, li, p0, n);
-    s.pos = p0 + n;
+    const Part part{&static_cast<Seq &>(seq), 0, n, seq.pos};
+    run(&part, 1, w, tokens, n);
     if (logits) lm_head(w, n - 1, logits);
 }
 
+void Needle3Model::forward_many(Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+                                float *const *logits) const {
+    Work &w = static_cast<Work &>(ws);
+    for (uint32_t i = 0; i < n; ++i) w.parts[i] = Part{static_cast<Seq *>(seqs[i]), i, 1, seqs[i]->pos};
+    run(w.parts.data(), n, w, tokens, n);
+    if (logits) lm_head_many(w, n, logits);
+}
+
+// Rows 0..R-1 of the workspace through the whole network, tokens[i] at row i (Part: the rows of
+// one sequence, needle3_state.h).
+void Needle3Model::run(const Part *parts, uint32_t np, Work &w, const uint32_t *tokens, uint32_t R) const {
+    const uint32_t half = g_.dq / 2;
+    for (const Part *pt = parts; pt != parts + np; ++pt) {
+        std::copy(tokens + pt->i0, tokens + pt->i0 + pt->n, pt->s->hist.begin() + pt->p0);
+        for (uint32_t i = 0; i < pt->n; ++i)  // RoPE angles (float) of each position, cos/sin in double
+            for (uint32_t k = 0; k < half; ++k) {
+                const float a = float(pt->p0 + i) * rope_inv_freq_[k];
+                w.rope[size_t(pt->i0 + i) * g_.dq + k] = float(std::cos(double(a)));
+                w.rope[size_t(pt->i0 + i) * g_.dq + half + k] = float(std::sin(double(a)));
+            }
+    }
+    embed(w, tokens, R);
+    for (const Part *pt = parts; pt != parts + np; ++pt) pool_cells(*pt, w, 0);
+    engram(parts, np, w, R);
+    for (uint32_t li = 0; li < g_.L; ++li) layer(parts, np, w, li, R);
+    for (const Part *pt = parts; pt != parts + np; ++pt) pt->s->pos = pt->p0 + pt->n;
+}
+
 // §1.1: e = dequant_row(E, x) * sqrt(d) in every lane; it is also confidence cell 0.
-void Needle3Model::embed(Seq &s, Work &w, const uint32_t *tokens, uint32_t n) const {
+void Needle3Model::embed(Work &w, const uint32_t *tokens, uint32_t n) const {
     const Needle3Geometry &g = g_;
     const float scale = std::sqrt(float(g.d));
     for_positions(n, [&](uint32_t i) {
@@ -404,22 +421,22 @@ void Needle3Model::embed(Seq &s, Work &w, const uint32_t *tokens, uint32_t n) co
         for (uint32_t lane = 1; lane < g.n; ++lane) std::memcpy(X + lane * g.d, X, sizeof(float) * g.d);
         std::memcpy(w.cell + size_t(i) * g.d, X, sizeof(float) * g.d);
     });
-    pool_cells(s, w, 0, n);
 }
 
 // §1.2 / §3 Engram keys and convolved values of every kept site.
-void Needle3Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
+void Needle3Model::engram(const Part *parts, uint32_t np, Work &w, uint32_t n) const {
     const Needle3Geometry &g = g_;
     if (g.S == 0) return;
-    for (uint32_t i = 0; i < n; ++i) {
-        const uint32_t p = p0 + i;
-        for (uint32_t oi = 0; oi < g.n_orders; ++oi)
-            for (uint32_t hh = 0; hh < g.heads_e; ++hh) {
-                const uint32_t tau = oi * g.heads_e + hh, o = g.orders[oi];
-                w.hash[size_t(i) * g.n_tables + tau] = p + 1 >= o
-                    ? engram_hash3(s.hist.data(), p, oi * g.seed_stride + hh + 1, o, g.slots) : UINT32_MAX;
-            }
-    }
+    for (const Part *pt = parts; pt != parts + np; ++pt)
+        for (uint32_t i = 0; i < pt->n; ++i) {
+            const uint32_t p = pt->p0 + i;
+            for (uint32_t oi = 0; oi < g.n_orders; ++oi)
+                for (uint32_t hh = 0; hh < g.heads_e; ++hh) {
+                    const uint32_t tau = oi * g.heads_e + hh, o = g.orders[oi];
+                    w.hash[size_t(pt->i0 + i) * g.n_tables + tau] = p + 1 >= o
+                        ? engram_hash3(pt->s->hist.data(), p, oi * g.seed_stride + hh + 1, o, g.slots) : UINT32_MAX;
+                }
+        }
     const size_t SD = size_t(g.S) * g.d;
     for (uint32_t si = 0; si < g.S; ++si) {
         const Needle3Site &st = sites_[si];
@@ -435,17 +452,21 @@ void Needle3Model::engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const {
         float *ek = w.ek + size_t(si) * g.d, *er = w.er + size_t(si) * g.d;
         const CqProduct kv[] = {{&st.key_proj, 0, g.d, ek, SD}, {&st.value_proj, 0, g.d, er, SD}};
         matmul_shared(kv, 2, w.f, g.d, g.d, n, w.fh, w.pd);
-        float *ring = s.eraw.data() + size_t(si) * s.vring * g.d;
-        for_positions(n, [&](uint32_t i) {
-            engram_conv_at(p0 + i, p0, g.Te, g.dil, g.max_order, st.taps, er, SD, ring, s.vring, g.d,
-                           w.ev + i * SD + size_t(si) * g.d);
-        });
-        engram_ring_store(p0, n, er, SD, ring, s.vring, g.d);
+        for (const Part *pt = parts; pt != parts + np; ++pt) {
+            Seq &s = *pt->s;
+            float *ring = s.eraw.data() + size_t(si) * s.vring * g.d;
+            const float *ep = er + size_t(pt->i0) * SD;
+            for_positions(pt->n, [&](uint32_t i) {
+                engram_conv_at(pt->p0 + i, pt->p0, g.Te, g.dil, g.max_order, st.taps, ep, SD, ring, s.vring, g.d,
+                               w.ev + (pt->i0 + i) * SD + size_t(si) * g.d);
+            });
+            engram_ring_store(pt->p0, pt->n, ep, SD, ring, s.vring, g.d);
+        }
     }
 }
 
 // §1.3: one layer over the chunk.
-void Needle3Model::layer(Seq &s, Work &w, uint32_t li, uint32_t p0, uint32_t n) const {
+void Needle3Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t li, uint32_t n) const {
     const Needle3Geometry &g = g_;
     const Needle3Layer &ly = layers_[li];
     const uint32_t N = g.n, D = g.d, l = ly.src;
@@ -481,30 +502,34 @@ void Needle3Model::layer(Seq &s, Work &w, uint32_t li, uint32_t p0, uint32_t n) 
     const CqProduct qkvg[] = {{&ly.q, 0, g.qd, w.q, g.qd}, {&ly.k, 0, g.kd, w.k, g.kd},
                               {&ly.v, 0, g.vd, w.v, g.vd}, {&ly.gate, 0, g.od, w.gl, g.od}};
     matmul_shared(qkvg, 4, w.t, D, D, n, w.hh, w.pd);
-    qkv_conv(s, w, li, n);
-    attention(s, w, li, p0, n);
+    for (const Part *pt = parts; pt != parts + np; ++pt) qkv_conv(*pt, w, li);
+    if (np == 1) attention(*parts, w, li);
+    else attention_many(parts, np, w, li);  // forward_many: one position per part
     const CqProduct out[] = {{&ly.out, 0, D, w.att, D}};
     matmul_shared(out, 1, w.o, g.od, g.od, n, w.oh, w.pod);
     for_positions(n, [&](uint32_t i) { block_tail(w, li, i); });
-    pool_cells(s, w, li + 1, n);
+    for (const Part *pt = parts; pt != parts + np; ++pt) pool_cells(*pt, w, li + 1);
 }
 
 // §1.3 step 3: causal depthwise conv of q, k, v over positions, the previous chunk's last T-1
 // pre-conv rows coming from the tail; then the tail moves on.
-void Needle3Model::qkv_conv(Seq &s, Work &w, uint32_t li, uint32_t n) const {
+void Needle3Model::qkv_conv(const Part &pa, Work &w, uint32_t li) const {
     const Needle3Geometry &g = g_;
     const Needle3Layer &ly = layers_[li];
-    const uint32_t T = g.T, p0 = s.pos, row = g.qd + g.kd + g.vd;
+    Seq &s = *pa.s;
+    const uint32_t T = g.T, p0 = pa.p0, n = pa.n, i0 = pa.i0, row = g.qd + g.kd + g.vd;
     if (T == 0) {
-        std::memcpy(w.qc, w.q, sizeof(float) * n * g.qd);
-        std::memcpy(w.kc, w.k, sizeof(float) * n * g.kd);
-        std::memcpy(w.vc, w.v, sizeof(float) * n * g.vd);
+        std::memcpy(w.qc + size_t(i0) * g.qd, w.q + size_t(i0) * g.qd, sizeof(float) * n * g.qd);
+        std::memcpy(w.kc + size_t(i0) * g.kd, w.k + size_t(i0) * g.kd, sizeof(float) * n * g.kd);
+        std::memcpy(w.vc + size_t(i0) * g.vd, w.v + size_t(i0) * g.vd, sizeof(float) * n * g.vd);
         return;
     }
     float *tail = s.tail.data() + size_t(li) * (T - 1) * row;
-    struct Part { const float *raw, *taps; float *outp; uint32_t dim, off; };
-    const Part parts[3] = {{w.q, ly.qtaps, w.qc, g.qd, 0}, {w.k, ly.ktaps, w.kc, g.kd, g.qd},
-                           {w.v, ly.vtaps, w.vc, g.vd, g.qd + g.kd}};
+    struct Part { const float *raw, *taps; float *outp; uint32_t dim, off; };  // shadows Needle3Model::Part
+    // Rows i0.. of the workspace are this sequence's positions p0..
+    const Part parts[3] = {{w.q + size_t(i0) * g.qd, ly.qtaps, w.qc + size_t(i0) * g.qd, g.qd, 0},
+                           {w.k + size_t(i0) * g.kd, ly.ktaps, w.kc + size_t(i0) * g.kd, g.kd, g.qd},
+                           {w.v + size_t(i0) * g.vd, ly.vtaps, w.vc + size_t(i0) * g.vd, g.vd, g.qd + g.kd}};
     for_positions(n, [&](uint32_t i) {
         const uint32_t p = p0 + i;
         for (const Part &pt : parts) {
@@ -531,58 +556,112 @@ void Needle3Model::qkv_conv(Seq &s, Work &w, uint32_t li, uint32_t n) const {
     }
 }
 
-// §1.3 steps 4-7: q/k norms, RoPE, (int8: fq of q, quantise-on-write of k, v), cache write and
-// attention, strictly in position order (a ring slot is rewritten only after its last reader).
-void Needle3Model::attention(Seq &s, Work &w, uint32_t li, uint32_t p0, uint32_t n) const {
+// The KV rings of layer li of s: f32 (kf, vf) or int8 codes and scales (k8, v8, ks, vs).
+struct Needle3Model::Rings {
+    uint32_t slots;
+    float *kf, *vf, *ks, *vs;
+    int8_t *k8, *v8;
+    Rings(Seq &s, const Needle3Geometry &g, uint32_t li) : slots(s.slots[li]) {
+        const bool i8 = s.kv_type == KvType::INT8;
+        kf = i8 ? nullptr : s.kv.data() + s.kv_off[li], vf = kf ? kf + size_t(g.G) * slots * g.dq : nullptr;
+        k8 = i8 ? s.kv8.data() + s.kv_off[li] : nullptr, v8 = k8 ? k8 + size_t(g.G) * slots * g.dq : nullptr;
+        ks = i8 ? s.kv_scale.data() + s.sc_off[li] : nullptr, vs = ks ? ks + size_t(g.G) * slots : nullptr;
+    }
+};
+
+// §1.3 steps 4-6 of row i at position p of s: q/k norms, RoPE, (int8: fq of q, quantise-on-write
+// of k, v), cache write.
+void Needle3Model::qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i) const {
     const Needle3Geometry &g = g_;
     const Needle3Layer &ly = layers_[li];
-    const uint32_t slots = s.slots[li], half = g.dq / 2, rep = g.H / g.G;
-    const KvLayout &kvl = s.kvl[li];
-    const bool i8 = s.kv_type == KvType::INT8;
-    float *kf = i8 ? nullptr : s.kv.data() + s.kv_off[li], *vf = kf ? kf + size_t(g.G) * slots * g.dq : nullptr;
-    int8_t *k8 = i8 ? s.kv8.data() + s.kv_off[li] : nullptr, *v8 = k8 ? k8 + size_t(g.G) * slots * g.dq : nullptr;
-    float *ks = i8 ? s.kv_scale.data() + s.sc_off[li] : nullptr, *vs = ks ? ks + size_t(g.G) * slots : nullptr;
-    for (uint32_t i = 0; i < n; ++i) {
-        const uint32_t p = p0 + i, slot = kvl.slot(p);
-        const float *cs = w.rope + size_t(i) * g.dq, *sn = cs + half;
-        float *q = w.qc + size_t(i) * g.qd, *k = w.kc + size_t(i) * g.kd, *v = w.vc + size_t(i) * g.vd;
-        for (uint32_t r = 0; r < g.H; ++r) {
-            zcrms(q + r * g.dq, ly.q_norm, g.dq, q + r * g.dq);
-            rope(q + r * g.dq, g.dq, cs, sn);
-            if (i8) fake_quantize(q + r * g.dq, g.dq);
-        }
-        for (uint32_t kv = 0; kv < g.G; ++kv) {
-            float *kh = k + kv * g.dq, *vh = v + kv * g.dv;
-            zcrms(kh, ly.k_norm, g.dq, kh);
-            rope(kh, g.dq, cs, sn);
-            const size_t kr = size_t(kv) * slots + slot;
-            if (i8) {
-                ks[kr] = quantize_fq(kh, g.dq, k8 + kr * g.dq);
-                vs[kr] = quantize_fq(vh, g.dv, v8 + kr * g.dv);
-            } else {
-                std::memcpy(kf + kr * g.dq, kh, sizeof(float) * g.dq);
-                std::memcpy(vf + kr * g.dv, vh, sizeof(float) * g.dv);
-            }
-        }
-        const uint32_t lo = kvl.lo(p);  // reads lo..p through slot j % slots
-        float *o = w.o + size_t(i) * g.od;
-        auto head = [&](uint32_t r) {
-            const uint32_t kv = r / rep;
-            float *scores = w.scores + size_t(r) * slots;
-            const size_t kr = size_t(kv) * slots;
-            if (i8)
-                attention_head(q + r * g.dq, KvRing<int8_t>{k8 + kr * g.dq, ks + kr, g.dq, slots},
-                               KvRing<int8_t>{v8 + kr * g.dv, vs + kr, g.dv, slots}, lo, p, scores, o + r * g.dv);
-            else
-                attention_head(q + r * g.dq, KvRing<float>{kf + kr * g.dq, nullptr, g.dq, slots},
-                               KvRing<float>{vf + kr * g.dv, nullptr, g.dv, slots}, lo, p, scores, o + r * g.dv);
-        };
-        if (uint64_t(g.H) * (p - lo + 1) * (g.dq + g.dv) >= (uint64_t(1) << 16)) parallel_for(0, g.H, 1, [&](uint32_t b, uint32_t e) { for (uint32_t r = b; r < e; ++r) head(r); });
-        else
-            for (uint32_t r = 0; r < g.H; ++r) head(r);
-        const float *gl = w.gl + size_t(i) * g.od;
-        for (uint32_t c = 0; c < g.od; ++c) o[c] *= sigmoid(gl[c]);
+    const Rings rg(s, g, li);
+    const uint32_t slot = s.kvl[li].slot(p), half = g.dq / 2;
+    const bool i8 = rg.k8 != nullptr;
+    const float *cs = w.rope + size_t(i) * g.dq, *sn = cs + half;
+    float *q = w.qc + size_t(i) * g.qd, *k = w.kc + size_t(i) * g.kd, *v = w.vc + size_t(i) * g.vd;
+    for (uint32_t r = 0; r < g.H; ++r) {
+        zcrms(q + r * g.dq, ly.q_norm, g.dq, q + r * g.dq);
+        rope(q + r * g.dq, g.dq, cs, sn);
+        if (i8) fake_quantize(q + r * g.dq, g.dq);
     }
+    for (uint32_t kv = 0; kv < g.G; ++kv) {
+        float *kh = k + kv * g.dq, *vh = v + kv * g.dv;
+        zcrms(kh, ly.k_norm, g.dq, kh);
+        rope(kh, g.dq, cs, sn);
+        const size_t kr = size_t(kv) * rg.slots + slot;
+        if (i8) {
+            rg.ks[kr] = quantize_fq(kh, g.dq, rg.k8 + kr * g.dq);
+            rg.vs[kr] = quantize_fq(vh, g.dv, rg.v8 + kr * g.dv);
+        } else {
+            std::memcpy(rg.kf + kr * g.dq, kh, sizeof(float) * g.dq);
+            std::memcpy(rg.vf + kr * g.dv, vh, sizeof(float) * g.dv);
+        }
+    }
+}
+
+// §1.3 step 7, head r of row i at position p of s (keys lo..p through slot j % slots), with
+// `scores` its own scratch row.
+void Needle3Model::attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t r, float *scores) const {
+    const Needle3Geometry &g = g_;
+    const Rings rg(s, g, li);
+    const uint32_t lo = s.kvl[li].lo(p), slots = rg.slots;
+    const size_t kr = size_t(r / (g.H / g.G)) * slots;
+    const float *q = w.qc + size_t(i) * g.qd + r * g.dq;
+    float *o = w.o + size_t(i) * g.od + r * g.dv;
+    if (rg.k8)
+        attention_head(q, KvRing<int8_t>{rg.k8 + kr * g.dq, rg.ks + kr, g.dq, slots},
+                       KvRing<int8_t>{rg.v8 + kr * g.dv, rg.vs + kr, g.dv, slots}, lo, p, scores, o);
+    else
+        attention_head(q, KvRing<float>{rg.kf + kr * g.dq, nullptr, g.dq, slots},
+                       KvRing<float>{rg.vf + kr * g.dv, nullptr, g.dv, slots}, lo, p, scores, o);
+}
+
+void Needle3Model::gate_out(Work &w, uint32_t i) const {
+    float *o = w.o + size_t(i) * g_.od;
+    const float *gl = w.gl + size_t(i) * g_.od;
+    for (uint32_t c = 0; c < g_.od; ++c) o[c] *= sigmoid(gl[c]);
+}
+
+// Heads split over the arena's threads once the keys are many enough to pay for it.
+constexpr uint64_t kParallelAttention3 = uint64_t(1) << 16;
+
+// §1.3 steps 4-7 of the part's positions, strictly in position order (a ring slot is rewritten
+// only after its last reader).
+void Needle3Model::attention(const Part &pa, Work &w, uint32_t li) const {
+    Seq &s = *pa.s;
+    const Needle3Geometry &g = g_;
+    const uint32_t slots = s.slots[li];
+    for (uint32_t j = 0; j < pa.n; ++j) {
+        const uint32_t p = pa.p0 + j, i = pa.i0 + j;  // position, workspace row
+        qk_store(s, w, li, p, i);
+        auto heads = [&](uint32_t b, uint32_t e) {
+            for (uint32_t r = b; r < e; ++r) attend(s, w, li, p, i, r, w.scores + size_t(r) * slots);
+        };
+        if (uint64_t(g.H) * (p - s.kvl[li].lo(p) + 1) * (g.dq + g.dv) >= kParallelAttention3) parallel_for(0, g.H, 1, heads);
+        else heads(0, g.H);
+        gate_out(w, i);
+    }
+}
+
+// §1.3 steps 4-7 for a needle_decode_many step (one position per part, distinct sequences, so
+// no row reads another's cache write): all K/V stored first, then every head of every row in one
+// parallel region per layer; head r's scores row has the stride of max_seq_len (the states'
+// rings may differ in size). Per row the bits of attention().
+void Needle3Model::attention_many(const Part *parts, uint32_t np, Work &w, uint32_t li) const {
+    const Needle3Geometry &g = g_;
+    uint64_t macs = 0;
+    for (const Part *pt = parts; pt != parts + np; ++pt) {
+        qk_store(*pt->s, w, li, pt->p0, pt->i0);
+        macs += uint64_t(g.H) * (pt->p0 - pt->s->kvl[li].lo(pt->p0) + 1) * (g.dq + g.dv);
+    }
+    const size_t stride = std::max(1u, g.Tmax);
+    auto heads = [&](uint32_t b, uint32_t e) {  // sequence outer: heads of a KV group reuse its keys in cache
+        for (const Part *pt = parts; pt != parts + np; ++pt)
+            for (uint32_t r = b; r < e; ++r) attend(*pt->s, w, li, pt->p0, pt->i0, r, w.scores + size_t(r) * stride);
+    };
+    if (macs >= kParallelAttention3) parallel_for(0, g.H, 1, heads);
+    else heads(0, g.H);
+    for (const Part *pt = parts; pt != parts + np; ++pt) gate_out(w, pt->i0);
 }
 
 // §1.3 from the attention residual to the mHC scatter-up, for position i of the chunk.
@@ -638,8 +717,8 @@ void Needle3Model::block_tail(Work &w, uint32_t li, uint32_t i) const {
     }
 }
 
-// §1.4: tied LM head on zc(mean of lanes; final_norm), out_vocab rows.
-void Needle3Model::lm_head(Work &w, uint32_t i, float *logits) const {
+// §1.4 input of row i: the prepared zc(mean of lanes; final_norm) into hfh[cols_pad].
+void Needle3Model::lm_input(Work &w, uint32_t i, float *hfh) const {
     const Needle3Geometry &g = g_;
     const float *X = w.X + size_t(i) * g.nd;
     for (uint32_t c = 0; c < g.d; ++c) {
@@ -648,8 +727,33 @@ void Needle3Model::lm_head(Work &w, uint32_t i, float *logits) const {
         w.hf[c] = sum / float(g.n);
     }
     zcrms(w.hf, final_norm_, g.d, w.hf);
-    cq_prepare_input(w.hf, g.d, embedding_.cols_pad, embedding_.group, w.hfh);
-    cq_matmul(embedding_, w.hfh, embedding_.cols_pad, 1, 0, g.OV, logits, g.OV);
+    cq_prepare_input(w.hf, g.d, embedding_.cols_pad, embedding_.group, hfh);
+}
+
+// §1.4: tied LM head of row i, out_vocab rows.
+void Needle3Model::lm_head(Work &w, uint32_t i, float *logits) const {
+    lm_input(w, i, w.hfh);
+    cq_matmul(embedding_, w.hfh, embedding_.cols_pad, 1, 0, g_.OV, logits, g_.OV);
+}
+
+// §1.4 of rows 0..n-1 into logits[i], each embedding group decoded once per pass: inputs in w.hh
+// (free after the last layer, pd >= cols_pad), products in the scratch before it (free too), as
+// many rows per pass as fit, then copied out. Per row the bits of lm_head.
+void Needle3Model::lm_head_many(Work &w, uint32_t n, float *const *logits) const {
+    const Needle3Geometry &g = g_;
+    for (uint32_t i = 0; i < n; ++i) lm_input(w, i, w.hh + i * w.pd);
+    const uint32_t fit = uint32_t(std::min<size_t>(n, size_t(w.hh - w.buf.data()) / g.OV));
+    if (fit < 2) {
+        for (uint32_t i = 0; i < n; ++i)
+            cq_matmul(embedding_, w.hh + i * w.pd, w.pd, 1, 0, g.OV, logits[i], g.OV);
+        return;
+    }
+    float *y = w.buf.data();
+    for (uint32_t b = 0; b < n; b += fit) {
+        const uint32_t m = std::min(fit, n - b);
+        cq_matmul(embedding_, w.hh + b * w.pd, w.pd, m, 0, g.OV, y, g.OV);
+        for (uint32_t i = 0; i < m; ++i) std::memcpy(logits[b + i], y + size_t(i) * g.OV, sizeof(float) * g.OV);
+    }
 }
 
 }  // namespace needle

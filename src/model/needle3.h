@@ -60,6 +60,8 @@ public:
     std::unique_ptr<Workspace> new_workspace(uint32_t capacity) const override;
     void forward(Sequence &seq, Workspace &ws, const uint32_t *tokens, uint32_t n,
                  float *logits) const override;
+    void forward_many(Sequence *const *seqs, Workspace &ws, const uint32_t *tokens, uint32_t n,
+                      float *const *logits) const override;
     uint32_t probe_head_dim(ProbeHead h) const override;
     void probe_head_output(const Sequence &seq, ProbeHead h, float *out) const override;
 
@@ -68,6 +70,7 @@ public:
 
 private:
     struct Seq;
+    struct Part;
     struct Work;
 
     std::shared_ptr<const FileBytes> bytes_;
@@ -86,14 +89,22 @@ private:
 
     void bind(const ContainerV3 &c, uint32_t depth);
     void bind_confidence(const ContainerV3 &c, uint32_t first, Arena &ar, const CqTables &tb);
-    void embed(Seq &s, Work &w, const uint32_t *tokens, uint32_t n) const;
-    void engram(Seq &s, Work &w, uint32_t p0, uint32_t n) const;
-    void layer(Seq &s, Work &w, uint32_t li, uint32_t p0, uint32_t n) const;
-    void qkv_conv(Seq &s, Work &w, uint32_t li, uint32_t n) const;
-    void attention(Seq &s, Work &w, uint32_t li, uint32_t p0, uint32_t n) const;
+    void run(const Part *parts, uint32_t np, Work &w, const uint32_t *tokens, uint32_t rows) const;
+    void embed(Work &w, const uint32_t *tokens, uint32_t n) const;
+    void engram(const Part *parts, uint32_t np, Work &w, uint32_t n) const;
+    void layer(const Part *parts, uint32_t np, Work &w, uint32_t li, uint32_t n) const;
+    void qkv_conv(const Part &pa, Work &w, uint32_t li) const;
+    void attention(const Part &pa, Work &w, uint32_t li) const;
+    void attention_many(const Part *parts, uint32_t np, Work &w, uint32_t li) const;
+    struct Rings;
+    void qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i) const;
+    void attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t r, float *scores) const;
+    void gate_out(Work &w, uint32_t i) const;
     void block_tail(Work &w, uint32_t li, uint32_t i) const;
-    void pool_cells(Seq &s, Work &w, uint32_t cell, uint32_t n) const;
+    void pool_cells(const Part &pa, Work &w, uint32_t cell) const;
+    void lm_input(Work &w, uint32_t i, float *hfh) const;
     void lm_head(Work &w, uint32_t i, float *logits) const;
+    void lm_head_many(Work &w, uint32_t n, float *const *logits) const;
 };
 
 // Layer order of the depth ladder of an L-layer model (model-v3.md §5).

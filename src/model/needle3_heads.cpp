@@ -43,7 +43,9 @@ void Needle3Model::bind_confidence(const ContainerV3 &c, uint32_t b, Arena &ar, 
 
 // §2.4: online position softmax of every (cell, probe) of this cell over the chunk, in
 // position order: running max m, denominator s and numerator sum_t e^(score_t - m) c_t.
-void Needle3Model::pool_cells(Seq &s, Work &w, uint32_t cell, uint32_t n) const {
+void Needle3Model::pool_cells(const Part &pa, Work &w, uint32_t cell) const {
+    Seq &s = *pa.s;
+    const uint32_t n = pa.n, i0 = pa.i0;
     if (!s.options.probe_heads) return;
     const Needle3Geometry &g = g_;
     const uint32_t k = conf_.k, D = g.d;
@@ -53,11 +55,11 @@ void Needle3Model::pool_cells(Seq &s, Work &w, uint32_t cell, uint32_t n) const 
         const float *pv = conf_.probes + size_t(idx) * D;
         float *acc = s.pool.data() + size_t(idx) * (D + 2), &m = acc[D], &den = acc[D + 1];
         for (uint32_t i = 0; i < n; ++i) {
-            const float *c = w.cell + size_t(i) * D;
+            const float *c = w.cell + size_t(i0 + i) * D;
             float dot = 0.0f;
             for (uint32_t e = 0; e < D; ++e) dot += c[e] * pv[e];
             const float sc = dot * inv_sqrt_d;
-            if (s.pos + i == 0) {
+            if (pa.p0 + i == 0) {
                 m = sc, den = 0.0f;
                 std::fill(acc, acc + D, 0.0f);
             } else if (sc > m) {

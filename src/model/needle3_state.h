@@ -36,8 +36,18 @@ struct Needle3Model::Seq final : Sequence {
     void visit_state(uint32_t at, StateVisitor fn, void *ctx) override;
 };
 
+// Rows i0 .. i0+n-1 of a workspace hold positions p0 .. p0+n-1 of sequence *s: a prefill chunk
+// is one part, a needle_decode_many step one part per sequence (n = 1 each). Row-wise work and
+// the matmuls run over all rows at once; what reads a history (conv tails, KV ring, Engram tail,
+// pooling) runs part by part.
+struct Needle3Model::Part {
+    Seq *s;
+    uint32_t i0, n, p0;
+};
+
 // Chunk scratch: every pointer is [capacity][width] (strides are the widths).
 struct Needle3Model::Work final : Workspace {
+    std::vector<Part> parts;     // [capacity], filled by forward_many
     std::vector<float> buf;
     std::vector<uint32_t> hash;  // [cap][n_tables] slot, UINT32_MAX = n-gram not valid yet
     float *X, *Xs, *xh, *pa, *pb, *pr, *u, *bx, *t, *hh, *q, *k, *v, *gl, *qc, *kc, *vc, *o, *oh;

@@ -74,6 +74,8 @@ void Model::probe_head_output(const Sequence &, ProbeHead h, float *) const {
 uint64_t Model::fingerprint() const {
     std::call_once(fingerprint_once_, [&] {
         fingerprint_ = file_ ? hash64(file_->data(), file_->size()) : 0;
+        // The hash read every page: back to the pages the forward pass touches (load_model).
+        if (file_) file_->release_pages(file_->data(), file_->size());
     });
     return fingerprint_;
 }

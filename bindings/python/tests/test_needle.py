@@ -119,6 +119,24 @@ class ModelTest(unittest.TestCase):
             self.assertEqual(a.pos, b.pos)
         self.assertEqual(list(last), list(chunked))
 
+    def test_decode_many_equals_decode(self):
+        with self.model.new_state() as a, self.model.new_state() as b, self.model.new_state() as c, \
+                self.model.new_state() as d, self.model.new_batch(2) as batch:
+            a.prefill([BOS, 20, 21], logits=False)
+            c.prefill([BOS, 20, 21], logits=False)
+            b.prefill([BOS], logits=False)
+            d.prefill([BOS], logits=False)
+            for step in range(3):
+                want = [a.decode(30 + step), b.decode(40 + step)]
+                got = needle.decode_many([c, d], [30 + step, 40 + step], batch)
+                self.assertEqual([list(x) for x in got], [list(x) for x in want])
+            self.assertEqual((c.pos, d.pos), (6, 4))
+            with self.assertRaises(needle.NeedleError) as cm:
+                needle.decode_many([c, c], [30, 31], batch)
+            self.assertEqual(cm.exception.status, needle.E_INVALID_ARGUMENT)
+            self.assertIn("same state", cm.exception.message)
+            self.assertEqual(c.pos, 6)
+
     def test_decode_errors(self):
         with self.model.new_state() as s:
             with self.assertRaises(needle.NeedleError) as cm:
