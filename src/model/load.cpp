@@ -77,12 +77,12 @@ FileBytes::~FileBytes() {
 std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, const LoadOptions &opt) {
     if (bytes->size() >= 4 && read_u32(bytes->data()) == kCactTagV3) {
         const ContainerV3 c = parse_cact_v3(bytes->data(), bytes->size());
-        return std::make_shared<Needle3Model>(std::move(bytes), c, opt.n_threads, opt.depth);
+        return std::make_shared<Needle3Model>(std::move(bytes), c, opt.n_threads, opt.depth, opt.fast);
     }
     const ContainerV2 c = parse_cact_v2(bytes->data(), bytes->size());
     if (opt.depth != 0)
         fail(NEEDLE_E_INVALID_ARGUMENT, strf("depth %u: a Needle 2 model has no depth ladder (use 0)", opt.depth));
-    return std::make_shared<Needle2Model>(std::move(bytes), c, opt.n_threads);
+    return std::make_shared<Needle2Model>(std::move(bytes), c, opt.n_threads, opt.fast);
 }
 
 }  // namespace needle
