@@ -64,7 +64,7 @@ static uint32_t argmax(const float *v, uint32_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
-               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--json] [--chat]\n"
+               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--precision exact|fast] [--json] [--chat]\n"
                "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools (first time and\n"
                "          from the tool index file), the grammar's\n"
                "          cost per call token next to the decode step's\n");
@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
     long prompt_n = 512, decode_n = 128, threads = 0, chunk = 32, runs = 3;  /* chunk: needle.h */
     long depth = 0, max_tokens = -1;  /* -1: prompt + decode tokens */
     int json = 0, chat = 0;
-    const char *kv = "f32", *isa = NULL;
+    const char *kv = "f32", *isa = NULL, *precision = "exact";
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
@@ -167,9 +167,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--isa")) isa = argv[++i];
         else if (!strcmp(a, "--depth")) depth = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--max-tokens")) max_tokens = arg_long(a, argv[++i]);
+        else if (!strcmp(a, "--precision")) precision = argv[++i];
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
     }
-    if (!path || runs < 1 || prompt_n < 1 || (strcmp(kv, "f32") && strcmp(kv, "int8"))) {
+    if (!path || runs < 1 || prompt_n < 1 || (strcmp(kv, "f32") && strcmp(kv, "int8")) ||
+        (strcmp(precision, "exact") && strcmp(precision, "fast"))) {
         usage(stderr);
         return 2;
     }
@@ -181,6 +183,7 @@ int main(int argc, char **argv) {
     needle_model_params_init(&mp);
     mp.n_threads = threads > INT32_MAX ? INT32_MAX : (int32_t)threads;  /* the library clamps it */
     mp.depth = depth > UINT32_MAX ? UINT32_MAX : (uint32_t)depth;      /* Needle 3 ladder rung */
+    mp.precision = strcmp(precision, "fast") ? NEEDLE_PRECISION_EXACT : NEEDLE_PRECISION_FAST;
     double *load = calloc((size_t)runs, sizeof(double)), *pre = calloc((size_t)runs, sizeof(double)),
            *dec = calloc((size_t)runs, sizeof(double));
     needle_model *model = NULL;
@@ -263,6 +266,7 @@ int main(int argc, char **argv) {
             printf("threads  %ld requested, clamped to the %u this machine runs\n", threads, info.n_threads);
         if (*needle_kernel_isa_requested() && strcmp(needle_kernel_isa_requested(), needle_kernel_isa()))
             printf("isa      NEEDLE_FORCE_ISA=%s refused (unknown or not run here)\n", needle_kernel_isa_requested());
+        printf("precision %s\n", precision);
         printf("load     %8.3f ms\n", load_ms);
         printf("prefill  %8.1f ms  %5ld tokens  %8.1f tok/s\n", prefill_ms, prompt_n, pre_tps);
         printf("decode   %8.1f ms  %5ld tokens  %8.1f tok/s\n", decode_ms, decode_n, dec_tps);
