@@ -74,6 +74,24 @@ void cq_fast_quantize(const float *xh, size_t xh_stride, size_t n_pos, uint32_t 
             alignas(64) int32_t t[W];
             vs.store_aligned(t);
             for (uint32_t i = 0; i < W; ++i) s += t[i];
+#if defined(__SSSE3__)
+            if (group % 16 == 0) {  // 16 columns at a time: pack to bytes, one byte shuffle per layout
+                const __m128i i2 = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+                const __m128i i4 = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+                int8_t *d2 = q2 ? q2 + p * q2_stride + size_t(g) * gb2 : nullptr;
+                int8_t *d4 = q4 ? q4 + p * q4_stride + size_t(g) * gb4 : nullptr;
+                for (uint32_t k = 0; k < group; k += 16) {
+                    const __m128i *src = reinterpret_cast<const __m128i *>(qi + k);
+                    const __m128i b = _mm_packs_epi16(_mm_packs_epi32(_mm_load_si128(src), _mm_load_si128(src + 1)),
+                                                      _mm_packs_epi32(_mm_load_si128(src + 2), _mm_load_si128(src + 3)));
+                    if (d2) _mm_storeu_si128(reinterpret_cast<__m128i *>(d2 + k), _mm_shuffle_epi8(b, i2));
+                    if (d4) _mm_storeu_si128(reinterpret_cast<__m128i *>(d4 + k), _mm_shuffle_epi8(b, i4));
+                }
+                scale[p * ng + g] = amax / 127.0f;
+                sum[p * ng + g] = s;
+                continue;
+            }
+#endif
             if (q2) {  // a 4 x 4 byte transpose per chunk of 16 columns
                 int8_t *d = q2 + p * q2_stride + size_t(g) * gb2;
                 std::memset(d, 0, gb2);
