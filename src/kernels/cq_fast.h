@@ -10,7 +10,9 @@
 //    bs = max|level| / 127, wq[i] = nearbyint(level[i] * (127 / max|level|));
 //  * isum[r][g] = sum_k wq[idx[r][k]] * q[k], exact in int32 (|isum| <= G * 127^2 < 2^31);
 //  * y[r] = bs * acc, acc = sum over g in increasing order of float(isum) * (nrm[r][g] * xs[g])
-//    (float(isum) is exact below 2^24: G <= 1024; mul then add, no FMA).
+//    (float(isum) is exact below 2^24, i.e. G <= 1024, and rounds to nearest the same way in
+//    every ISA above; mul then add, no FMA). dispatch.cpp quantises each input once per call
+//    (stack buffers of 32 KB per layout, positions in tiles); a wider input runs EXACT.
 // Integer sums are exact in any order, so the ISAs may split them across lanes freely; the
 // float epilogue is the same sequence of IEEE operations per row everywhere. A position's
 // result depends on nothing but its own input, so batched prefill equals sequential decode.
@@ -66,9 +68,5 @@ struct CqFastBook {
         scale = amax / 127.0f;
     }
 };
-
-// The rows-in-lanes FAST kernels need this many bytes of quantised input per position at most
-// (dispatch.cpp tiles positions to fit its stack buffers); larger inputs take the reference.
-constexpr uint32_t kCqFastMaxCols = 16384;
 
 }  // namespace needle
