@@ -68,7 +68,7 @@ static uint32_t argmax(const float *v, uint32_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
-               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--sequences S] [--json] [--chat]\n"
+               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--sequences S] [--precision exact|fast] [--json] [--chat]\n"
                "  --sequences S: decode S states at once through needle_decode_many (aggregate tok/s)\n"
                "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools (first time and\n"
                "          from the tool index file), the grammar's\n"
@@ -117,11 +117,13 @@ static double json_num(const char *js, const char *key) {
 }
 
 /* --isa all: every ISA whose forced run reports that ISA (a CPU that cannot run it falls back). */
-static int run_all_isas(int argc, char **argv, int json) {
+static int run_all_isas(int argc, char **argv, int json, const char *precision) {
     static const char *const isas[] = {"avx512", "avx2", "sse4_2", "neon", "scalar"};
     char buf[4096], want[64];
     int shown = 0;
-    if (!json) printf("%-8s %10s %14s %14s %10s\n", "isa", "load ms", "prefill tok/s", "decode tok/s", "RSS MB");
+    if (!json)
+        printf("%-8s %-9s %10s %14s %14s %10s\n", "isa", "precision", "load ms", "prefill tok/s", "decode tok/s",
+               "RSS MB");
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; ++i) {
         if (run_child(argv, argc, isas[i], buf, sizeof buf) != 0) {
             fprintf(stderr, "needle-bench: the %s run failed\n", isas[i]);
@@ -132,7 +134,7 @@ static int run_all_isas(int argc, char **argv, int json) {
         ++shown;
         if (json) fputs(buf, stdout);
         else
-            printf("%-8s %10.3f %14.1f %14.1f %10.1f\n", isas[i], json_num(buf, "load_ms"),
+            printf("%-8s %-9s %10.3f %14.1f %14.1f %10.1f\n", isas[i], precision, json_num(buf, "load_ms"),
                    json_num(buf, "prefill_tok_per_s"), json_num(buf, "decode_tok_per_s"),
                    json_num(buf, "peak_rss_bytes") / 1048576.0);
         fflush(stdout);
@@ -156,7 +158,7 @@ int main(int argc, char **argv) {
     long depth = 0, max_tokens = -1;  /* -1: prompt + decode tokens */
     long sequences = 1;
     int json = 0, chat = 0;
-    const char *kv = "f32", *isa = NULL;
+    const char *kv = "f32", *isa = NULL, *precision = "exact";
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
@@ -174,13 +176,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--depth")) depth = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--max-tokens")) max_tokens = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--sequences")) sequences = arg_long(a, argv[++i]);
+        else if (!strcmp(a, "--precision")) precision = argv[++i];
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
     }
-    if (!path || runs < 1 || prompt_n < 1 || sequences < 1 || sequences > 4096 || (strcmp(kv, "f32") && strcmp(kv, "int8"))) {
+    if (!path || runs < 1 || prompt_n < 1 || sequences < 1 || sequences > 4096 || (strcmp(kv, "f32") && strcmp(kv, "int8")) ||
+        (strcmp(precision, "exact") && strcmp(precision, "fast"))) {
         usage(stderr);
         return 2;
     }
-    if (isa && !strcmp(isa, "all")) return run_all_isas(argc, argv, json);
+    if (isa && !strcmp(isa, "all")) return run_all_isas(argc, argv, json, precision);
     if (isa) setenv("NEEDLE_FORCE_ISA", isa, 1); /* read at the library's first kernel call */
 
     needle_model_params mp;
@@ -188,6 +192,7 @@ int main(int argc, char **argv) {
     needle_model_params_init(&mp);
     mp.n_threads = threads > INT32_MAX ? INT32_MAX : (int32_t)threads;  /* the library clamps it */
     mp.depth = depth > UINT32_MAX ? UINT32_MAX : (uint32_t)depth;      /* Needle 3 ladder rung */
+    mp.precision = strcmp(precision, "fast") ? NEEDLE_PRECISION_EXACT : NEEDLE_PRECISION_FAST;
     double *load = calloc((size_t)runs, sizeof(double)), *pre = calloc((size_t)runs, sizeof(double)),
            *dec = calloc((size_t)runs, sizeof(double));
     needle_model *model = NULL;
@@ -276,12 +281,12 @@ int main(int argc, char **argv) {
     const long long rss = (long long)ru.ru_maxrss * 1024;
     if (json) {
         /* threads: what ran (needle_model_info.n_threads); isa_requested: NEEDLE_FORCE_ISA, refused
-         * when it differs from isa; precision: needle_model_params.precision ("exact" until the
-         * fast mode lands); sequences: states decoded together (decode_tok_per_s is their sum) */
-        printf("{\"isa\":\"%s\",\"precision\":\"exact\",\"sequences\":%ld,\"isa_requested\":\"%s\",\"threads\":%u,\"threads_requested\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
+         * when it differs from isa; precision: needle_model_params.precision ("exact" or
+         * "fast"); sequences: states decoded together (decode_tok_per_s is their sum) */
+        printf("{\"isa\":\"%s\",\"precision\":\"%s\",\"sequences\":%ld,\"isa_requested\":\"%s\",\"threads\":%u,\"threads_requested\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
                "\"prefill_ms\":%.3f,\"prefill_tok_per_s\":%.1f,\"decode_tokens\":%ld,\"decode_ms\":%.3f,"
                "\"decode_tok_per_s\":%.1f,\"peak_rss_bytes\":%lld,\"state_bytes\":%lld}\n",
-               needle_kernel_isa(), sequences, needle_kernel_isa_requested(), info.n_threads, threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
+               needle_kernel_isa(), precision, sequences, needle_kernel_isa_requested(), info.n_threads, threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
                dec_tps, rss, state_bytes);
     } else {
         printf("model %s (isa %s, threads %u, chunk %ld, kv %s, runs %ld)\n", path, needle_kernel_isa(), info.n_threads,
@@ -290,6 +295,7 @@ int main(int argc, char **argv) {
             printf("threads  %ld requested, clamped to the %u this machine runs\n", threads, info.n_threads);
         if (*needle_kernel_isa_requested() && strcmp(needle_kernel_isa_requested(), needle_kernel_isa()))
             printf("isa      NEEDLE_FORCE_ISA=%s refused (unknown or not run here)\n", needle_kernel_isa_requested());
+        printf("precision %s\n", precision);
         printf("load     %8.3f ms\n", load_ms);
         printf("prefill  %8.1f ms  %5ld tokens  %8.1f tok/s\n", prefill_ms, prompt_n, pre_tps);
         if (sequences > 1)

@@ -126,6 +126,14 @@ typedef struct needle_batch needle_batch;
  * NEEDLE_E_INVALID_ARGUMENT by the call taking the struct, which reads fields up to struct_size
  * (later ones keep their defaults). */
 
+/** Numerics of a model's CQ matmuls (needle_model_params.precision). */
+typedef enum needle_precision {
+    NEEDLE_PRECISION_EXACT = 0, /* f32 activations: the reference numerics (cq-kernels.md) */
+    NEEDLE_PRECISION_FAST = 1   /* int8 activations per CQ group times int8 codebook levels,
+                                   integer dot products (VNNI / vpmaddubsw / NEON). Not bit-faithful:
+                                   logits differ from EXACT by a few 1e-2 (README, "Fast numerics") */
+} needle_precision;
+
 /** Load options. Set struct_size, then needle_model_params_init(), then change fields. */
 typedef struct needle_model_params {
     uint32_t struct_size; /* set by the caller to sizeof(needle_model_params) before init; the
@@ -141,9 +149,12 @@ typedef struct needle_model_params {
                              2..num_layers = that many layers; anything else INVALID_ARGUMENT.
                              Needle 2 accepts only 0. Added after the first layout: a struct_size
                              that ends before it means 0 */
+    int32_t precision;    /* needle_precision; default NEEDLE_PRECISION_EXACT, anything else
+                             INVALID_ARGUMENT. Added after depth: a struct_size that ends before
+                             it means EXACT */
 } needle_model_params;
 
-/** Fills `p` with defaults (use_mmap 1, n_threads 0, depth 0), only the fields within the
+/** Fills `p` with defaults (use_mmap 1, n_threads 0, depth 0, precision EXACT), only the fields within the
  *  caller's p->struct_size (set it first); struct_size < 12 or NULL is ignored. Any thread. */
 NEEDLE_API void needle_model_params_init(needle_model_params *p);
 

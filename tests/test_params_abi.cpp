@@ -51,9 +51,10 @@ void check_init(void (*init)(T *), std::vector<size_t> ends) {
 }  // namespace
 
 TEST_CASE("api: params_init writes only the caller's struct_size bytes") {
-    SUBCASE("model: first layout ends after n_threads, depth appended") {
+    SUBCASE("model: first layout ends after n_threads, depth and precision appended") {
         check_init<needle_model_params>(needle_model_params_init, {FIELD_END(needle_model_params, n_threads),
-                                                                   FIELD_END(needle_model_params, depth)});
+                                                                   FIELD_END(needle_model_params, depth),
+                                                                   FIELD_END(needle_model_params, precision)});
         // Spot values: a first-layout caller gets use_mmap 1 and n_threads 0, nothing more.
         std::vector<unsigned char> buf(sizeof(needle_model_params) + 8, kSentinel);
         auto *p = reinterpret_cast<needle_model_params *>(buf.data());

@@ -88,7 +88,7 @@ needle_status busy_error(const char *fn) {
 // is the end of its first layout (older callers), the later ones the fields appended since.
 needle_model_params model_params_defaults() {
     return needle::capi::params_defaults<needle_model_params>([](needle_model_params &d) {
-        d.use_mmap = 1, d.n_threads = 0, d.depth = 0;
+        d.use_mmap = 1, d.n_threads = 0, d.depth = 0, d.precision = NEEDLE_PRECISION_EXACT;
     });
 }
 constexpr size_t kModelParamsV1 = NEEDLE_FIELD_END(needle_model_params, n_threads);
@@ -124,12 +124,16 @@ needle_status load_common(const char *fn, const needle_model_params *p, needle_m
         if (p->n_threads < 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: n_threads %d is negative", fn, p->n_threads);
         params.use_mmap = p->use_mmap, params.n_threads = p->n_threads;
         if (p->struct_size >= offsetof(needle_model_params, depth) + sizeof p->depth) params.depth = p->depth;
+        if (p->struct_size >= NEEDLE_FIELD_END(needle_model_params, precision)) params.precision = p->precision;
+        if (params.precision != NEEDLE_PRECISION_EXACT && params.precision != NEEDLE_PRECISION_FAST)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: precision %d is not a needle_precision", fn, params.precision);
     }
     return guarded([&] {
         needle::LoadOptions opt;
         opt.use_mmap = params.use_mmap != 0;
         opt.n_threads = needle::clamp_threads(params.n_threads);  // never the raw count (needle.h)
         opt.depth = params.depth;
+        opt.fast = params.precision == NEEDLE_PRECISION_FAST;
         auto h = std::make_unique<needle_model>();
         h->m = needle::load_model(open(opt), opt);
         *out = h.release();
@@ -188,7 +192,8 @@ const char *needle_status_string(needle_status s) {
 const char *needle_last_error(void) { return t_last_error; }
 
 void needle_model_params_init(needle_model_params *p) {
-    needle::capi::init_params(p, model_params_defaults(), {kModelParamsV1, NEEDLE_FIELD_END(needle_model_params, depth)});
+    needle::capi::init_params(p, model_params_defaults(), {kModelParamsV1, NEEDLE_FIELD_END(needle_model_params, depth),
+                                                                   NEEDLE_FIELD_END(needle_model_params, precision)});
 }
 
 needle_status needle_model_load_file(const char *path, const needle_model_params *p, needle_model **out) {

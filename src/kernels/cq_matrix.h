@@ -26,6 +26,10 @@ struct CqMatrix {
     // index is stored in a nibble). One word per lane is thus 16 (2-bit) or 8 (3/4-bit) columns.
     const uint8_t *blocked = nullptr;
     uint32_t block_rows = 0;
+    // FAST precision (cq_fast.h): cq_matmul / cq_matmul_many run this matrix with int8
+    // activations. Set at load by a model loaded with NEEDLE_PRECISION_FAST; the kernels read it
+    // as a property of the matrix and know nothing of models.
+    bool fast = false;
 };
 
 // Field width and words per row per group of the rows-in-lanes copy (layout above).

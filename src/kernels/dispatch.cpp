@@ -131,13 +131,15 @@ void cq_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_po
     cq_matmul_many(&one, 1, xh, xh_stride, n_pos);
 }
 
-void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
-                    size_t n_pos) {
-    const KernelTable &k = active_kernels();
-    // Work is split in whole row blocks of each matrix (the kernels' own row blocking: 4 rows in
-    // the stored form, block_rows in the rows-in-lanes form; blocks counted from row 0, so no
-    // two tasks compute one block) over all products at once: one fork and join for, say, the
-    // q, k, v and gate projections of a decode step. Rows are independent: no bit depends on it.
+namespace {
+
+// Runs run(product, lo, hi) over rows [lo, hi) of every product, split in whole row blocks of
+// each matrix (the kernels' own row blocking: 4 rows in the stored form, block_rows in the
+// rows-in-lanes form; blocks counted from row 0, so no two tasks compute one block) over all
+// products at once: one fork and join for, say, the q, k, v and gate projections of a decode
+// step. Rows are independent: no bit depends on the split.
+template <class Run>
+void split_rows(const KernelTable &k, const CqProduct *products, uint32_t n_products, size_t n_pos, const Run &run) {
     auto block_of = [&](const CqProduct &p) { return p.w->blocked && p.w->block_rows == k.cq_block_rows ? p.w->block_rows : 4u; };
     uint64_t work = 0;
     uint32_t blocks = 0;
@@ -158,7 +160,7 @@ void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float 
             if (b0 < first + nb) {
                 const uint32_t lo = std::max(p.r0, (fb + b0 - first) * rb);
                 const uint32_t hi = std::min(p.r0 + p.count, (fb + std::min(b1, first + nb) - first) * rb);
-                k.cq_matmul(*p.w, xh, xh_stride, n_pos, lo, hi - lo, p.y + (lo - p.r0), p.y_stride);
+                run(p, lo, hi);
                 b0 = std::min(b1, first + nb);
             }
             first += nb;
@@ -170,6 +172,53 @@ void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float 
     }
     const uint32_t grain = uint32_t(std::max<uint64_t>(1, kTaskWork * blocks / work));
     parallel_for(0, blocks, grain, run_blocks);
+}
+
+// Quantised-input buffer of the FAST path, per layout (on the caller's stack: a decode step
+// allocates nothing). Positions are taken in tiles that fit; each tile is quantised once, by
+// the calling thread, and then shared by every product and every task.
+constexpr size_t kFastBytes = 32768;
+
+}  // namespace
+
+void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
+                    size_t n_pos) {
+    const KernelTable &k = active_kernels();
+    bool need2 = false, need4 = false;
+    uint32_t cols_pad = 0, group = 0;
+    for (uint32_t i = 0; i < n_products; ++i)
+        if (products[i].count && products[i].w->fast) {
+            (cq_fast_layout(*products[i].w) == 2 ? need2 : need4) = true;
+            cols_pad = products[i].w->cols_pad, group = products[i].w->group;
+        }
+    const uint32_t ng = group ? cols_pad / group : 0;
+    const size_t s2 = size_t(ng) * cq_fast_group_bytes(group, 2), s4 = size_t(ng) * cq_fast_group_bytes(group, 4);
+    if ((!need2 && !need4) || std::max(s2, s4) > kFastBytes) {  // exact (or an input too wide to quantise here)
+        split_rows(k, products, n_products, n_pos, [&](const CqProduct &p, uint32_t lo, uint32_t hi) {
+            k.cq_matmul(*p.w, xh, xh_stride, n_pos, lo, hi - lo, p.y + (lo - p.r0), p.y_stride);
+        });
+        return;
+    }
+    // FAST (cq_fast.h): every product of one call reads the same prepared input, so one group
+    // size; the layouts its matrices need are quantised once per tile of positions.
+    alignas(64) int8_t q2[kFastBytes], q4[kFastBytes];
+    alignas(64) float scale[kFastBytes / 8];
+    alignas(64) int32_t sum[kFastBytes / 8];
+    const size_t tile = std::max<size_t>(1, kFastBytes / std::max(s2, s4));
+    for (size_t p0 = 0; p0 < n_pos; p0 += tile) {
+        const size_t P = std::min(tile, n_pos - p0);
+        const float *x = xh + p0 * xh_stride;
+        k.cq_fast_quantize(x, xh_stride, P, cols_pad, group, need2 ? q2 : nullptr, s2, need4 ? q4 : nullptr, s4,
+                           scale, sum);
+        CqFastInput in;
+        in.q2 = need2 ? q2 : nullptr, in.q4 = need4 ? q4 : nullptr;
+        in.q2_stride = s2, in.q4_stride = s4, in.scale = scale, in.sum = sum, in.ngroups = ng;
+        split_rows(k, products, n_products, P, [&](const CqProduct &p, uint32_t lo, uint32_t hi) {
+            float *y = p.y + (lo - p.r0) + p0 * p.y_stride;
+            if (p.w->fast) k.cq_matmul_fast(*p.w, in, P, lo, hi - lo, y, p.y_stride);
+            else k.cq_matmul(*p.w, x, xh_stride, P, lo, hi - lo, y, p.y_stride);
+        });
+    }
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cq_fast.h"
 #include "kernels/cq_matrix.h"
 #include "kernels/kv_ring.h"
 
@@ -31,9 +32,26 @@ struct KernelTable {
     // Writes row block b's records of w's rows-in-lanes copy at dst (the block's first record)
     // when it can do so fast, else returns false and writes nothing (dispatch.cpp then does).
     bool (*cq_block_rows_fast)(const CqMatrix &w, uint32_t b, uint8_t *dst);
+    // FAST precision (cq_fast.h). Quantises n_pos prepared inputs (xh + p * xh_stride, cols_pad
+    // floats, groups of `group`) into layout 2 at q2 and/or layout 4 at q4 (either may be null;
+    // q*_stride bytes per position), scale/sum [n_pos][cols_pad / group]. Same bits in every ISA.
+    void (*cq_fast_quantize)(const float *xh, size_t xh_stride, size_t n_pos, uint32_t cols_pad, uint32_t group,
+                             int8_t *q2, size_t q2_stride, int8_t *q4, size_t q4_stride, float *scale, int32_t *sum);
+    // Rows r0..r0+count-1 of w against the quantised inputs of n_pos positions into y
+    // (y_stride floats per position): the bits of the scalar reference, whatever the ISA.
+    void (*cq_matmul_fast)(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint32_t r0, uint32_t count,
+                           float *y, size_t y_stride);
 };
 
-namespace scalar { const KernelTable &table(); }
+namespace scalar {
+const KernelTable &table();
+// The FAST reference (kernels_fast.cpp): the scalar table's entries, and the fallback of the
+// vectorised FAST kernels for matrices they cannot read.
+void cq_fast_quantize(const float *xh, size_t xh_stride, size_t n_pos, uint32_t cols_pad, uint32_t group,
+                      int8_t *q2, size_t q2_stride, int8_t *q4, size_t q4_stride, float *scale, int32_t *sum);
+void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint32_t r0, uint32_t count, float *y,
+                    size_t y_stride);
+}  // namespace scalar
 #define NEEDLE_DECLARE_ISA(name) namespace isa_##name { const KernelTable &table(); }
 NEEDLE_DECLARE_ISA(sse4_2)
 NEEDLE_DECLARE_ISA(avx2)

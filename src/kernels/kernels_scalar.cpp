@@ -164,7 +164,7 @@ void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int
 const KernelTable &table() {
     static const KernelTable t{"scalar", cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
                                rms_unit, zcrms, rope, attention_head, attention_head_i8, 0,
-                               nullptr};
+                               nullptr, cq_fast_quantize, cq_matmul_fast};
     return t;
 }
 

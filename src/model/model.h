@@ -179,6 +179,7 @@ struct LoadOptions {
     bool use_mmap = true;
     int n_threads = 0;  // the C shim passes clamp_threads(needle_model_params.n_threads)
     uint32_t depth = 0; // Needle 3 ladder rung (model-v3.md §5): 0 = all layers
+    bool fast = false;  // NEEDLE_PRECISION_FAST: int8-activation CQ matmuls (cq_fast.h)
 };
 
 // Reads the tag, validates the container and builds the matching model.

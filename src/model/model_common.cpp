@@ -18,7 +18,8 @@ float *Arena::take(size_t n) {
 }
 
 void block_matmul_weights(const std::vector<CqMatrix *> &mats, const CqMatrix *keep, const FileBytes &bytes,
-                          CqBlockStore &store) {
+                          CqBlockStore &store, bool fast) {
+    for (CqMatrix *m : mats) m->fast = fast;
     cq_block_matrices(mats.data(), mats.size(), store);
     // cq_matmul no longer reads their stored indices: their file pages may leave the RSS.
     if (store.bytes())

@@ -59,8 +59,10 @@ inline size_t cq_norm_floats(const TensorRecord &t) {
 // read the stored form), then hands their file pages back (FileBytes::release_pages), except
 // those of `keep` (nullable: a matrix also read row by row through cq_dequantize_row, in stored
 // form, such as the tied embedding). Throws std::bad_alloc only.
+// fast: the model was loaded with NEEDLE_PRECISION_FAST; these matrices then run the int8 kernels
+// (CqMatrix::fast, cq_fast.h).
 void block_matmul_weights(const std::vector<CqMatrix *> &mats, const CqMatrix *keep, const FileBytes &bytes,
-                          CqBlockStore &store);
+                          CqBlockStore &store, bool fast = false);
 
 // Runs fn(i) for every position of a chunk, split over the caller's task arena (one position
 // runs inline: a decode step).

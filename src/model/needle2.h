@@ -61,7 +61,7 @@ struct ProbePool {
 
 class Needle2Model final : public Model {
 public:
-    Needle2Model(std::shared_ptr<const FileBytes> bytes, const ContainerV2 &c, int n_threads);
+    Needle2Model(std::shared_ptr<const FileBytes> bytes, const ContainerV2 &c, int n_threads, bool fast = false);
 
     std::unique_ptr<Sequence> new_sequence(const SequenceOptions &opt) const override;
     std::unique_ptr<Workspace> new_workspace(uint32_t capacity) const override;
@@ -87,6 +87,7 @@ private:
 
     std::vector<float> arena_;  // FP16 tensors and CQ norms converted to f32, LUTs, RoPE frequencies
     CqBlockStore blocked_;      // rows-in-lanes copies of the matmul matrices (kernels.h)
+    bool fast_ = false;         // NEEDLE_PRECISION_FAST: the matmul matrices run int8 (cq_fast.h)
     CqMatrix embedding_, phi_pre_, phi_post_, phi_res_;
     std::vector<Needle2Layer> layers_;
     std::vector<Needle2EngramSite> sites_;

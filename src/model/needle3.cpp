@@ -237,9 +237,10 @@ std::unique_ptr<Workspace> Needle3Model::new_workspace(uint32_t cap) const {
 // ---------------------------------------------------------------- load-time binding
 
 Needle3Model::Needle3Model(std::shared_ptr<const FileBytes> bytes, const ContainerV3 &c, int n_threads,
-                           uint32_t depth)
+                           uint32_t depth, bool fast)
     : bytes_(std::move(bytes)) {
     n_threads_ = n_threads;
+    fast_ = fast;
     const HeaderV3 &h = c.header;
     const uint32_t L = h.num_layers;
     if (depth != 0 && (depth < 2 || depth > L))
@@ -365,7 +366,7 @@ void Needle3Model::bind(const ContainerV3 &c, uint32_t depth) {
     for (Needle3Layer &ly : layers_)
         for (CqMatrix *m : {&ly.q, &ly.k, &ly.v, &ly.gate, &ly.out}) mats.push_back(m);
     for (Needle3Site &st : sites_) mats.push_back(&st.key_proj), mats.push_back(&st.value_proj);
-    block_matmul_weights(mats, &embedding_, *bytes_, blocked_);
+    block_matmul_weights(mats, &embedding_, *bytes_, blocked_, fast_);
 
     float *inv_freq = ar.take(g.dq / 2);
     for (uint32_t i = 0; i < g.dq / 2; ++i) inv_freq[i] = 1.0f / std::pow(g.rope_theta, float(2 * i) / float(g.dq));

@@ -54,7 +54,8 @@ class Needle3Model final : public Model {
 public:
     // depth 0 = all layers; 2..num_layers = that ladder rung. Throws Error(INVALID_ARGUMENT) for
     // other depths, Error(FORMAT) for a bad tokenizer blob.
-    Needle3Model(std::shared_ptr<const FileBytes> bytes, const ContainerV3 &c, int n_threads, uint32_t depth);
+    Needle3Model(std::shared_ptr<const FileBytes> bytes, const ContainerV3 &c, int n_threads, uint32_t depth,
+                 bool fast = false);
 
     std::unique_ptr<Sequence> new_sequence(const SequenceOptions &opt) const override;
     std::unique_ptr<Workspace> new_workspace(uint32_t capacity) const override;
@@ -78,6 +79,7 @@ private:
     std::vector<uint32_t> kept_;  // container layers run, ascending
     std::vector<float> arena_;
     CqBlockStore blocked_;  // rows-in-lanes copies of the matmul matrices (kernels.h)
+    bool fast_ = false;     // NEEDLE_PRECISION_FAST: the matmul matrices run int8 (cq_fast.h)
     CqMatrix embedding_, phi_pre_, phi_post_, phi_res_;
     std::vector<Needle3Layer> layers_;
     std::vector<Needle3Site> sites_;
