@@ -606,13 +606,81 @@ void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
 
 // Softmax attention over a ring of float rows or int8 rows with per-slot scales (f32 rings have
 // scale 1, an exact multiply: their bits are those of plain f32 attention).
+//
+// Keys are taken W at a time (one per lane of the score vector): key t's products with q are
+// summed over the dim / W chunks into one vector, and haddp sums the W vectors into the W
+// scores at once (no horizontal sum per key). The output stays in dim / W registers across the
+// keys. Every step depends only on q and the keys lo..hi, so a query gives the same bits in a
+// decode step and inside a prefill chunk. Dims that are not a multiple of W take the per-key
+// path (dot / axpy).
+constexpr uint32_t kMaxAttnChunks = 8;  // dim / W held in registers (64 floats on SSE/NEON: 16 ...)
+
+// Lane t of the result = the sum of the lanes of part[t] (xsimd::haddp, whose AVX-512 form in
+// xsimd 8.1 returns the lanes in another order: ours is a transpose-and-add tree, 45 shuffles
+// and adds for 16 vectors).
+inline Vec sum_lanes(const Vec *part) {
+#if defined(__AVX512F__)
+    // The tree leaves lane 4q + m holding input (0, 2, 1, 3)[m] + (0, 8, 4, 12)[q]: feed it the
+    // inputs in that order so that lane t ends up with part[t].
+    static constexpr uint8_t kAt[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+    __m512 r[16], s[8], v[4], w[2];
+    for (uint32_t t = 0; t < 16; ++t) r[kAt[t]] = part[t];
+    for (uint32_t i = 0; i < 8; ++i)
+        s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[i], r[i + 8], 0x44), _mm512_shuffle_f32x4(r[i], r[i + 8], 0xEE));
+    for (uint32_t i = 0; i < 4; ++i)
+        v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[i], s[i + 4], 0x88), _mm512_shuffle_f32x4(s[i], s[i + 4], 0xDD));
+    for (uint32_t i = 0; i < 2; ++i)
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(v[i], v[i + 2], 0x44), _mm512_shuffle_ps(v[i], v[i + 2], 0xEE));
+    return Vec(_mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD)));
+#else
+    return xsimd::haddp(part);
+#endif
+}
+
+template <class T>
+inline Vec key_dot(const Vec *qv, uint32_t chunks, const T *row) {
+    Vec a = qv[0] * load(row);
+    for (uint32_t c = 1; c < chunks; ++c) a = xsimd::fma(qv[c], load(row + c * W), a);
+    return a;
+}
+
 template <class T>
 void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint32_t lo, uint32_t hi,
                     float *scores, float *out) {
     const float sc = std::sqrt(float(k.dim));
     const uint32_t n = hi - lo + 1;
+    const bool vec_k = k.dim % W == 0 && k.dim / W <= kMaxAttnChunks;
+    const bool vec_v = v.dim % W == 0 && v.dim / W <= kMaxAttnChunks;
+    uint32_t j = 0;
+    Vec vmxv(-INFINITY);
+    if (vec_k) {
+        const uint32_t chunks = k.dim / W;
+        Vec qv[kMaxAttnChunks];
+        for (uint32_t c = 0; c < chunks; ++c) qv[c] = load(q + c * W);
+        const Vec vsc(sc);
+        uint32_t slot0 = lo % k.ring;
+        for (; j + W <= n; j += W) {
+            Vec part[W];
+            alignas(64) float ks[W];
+            uint32_t slot = slot0;
+            for (uint32_t t = 0; t < W; ++t) {
+                part[t] = key_dot(qv, chunks, k.base + size_t(slot) * k.dim);
+                ks[t] = k.scales ? k.scales[slot] : 1.0f;
+                slot = slot + 1 == k.ring ? 0 : slot + 1;
+            }
+            slot0 = slot;
+            const Vec s = sum_lanes(part) * Vec::load_aligned(ks) / vsc;
+            s.store_unaligned(scores + j);
+            vmxv = xsimd::max(vmxv, s);
+        }
+    }
     float mx = -INFINITY;
-    for (uint32_t j = 0; j < n; ++j) {
+    {
+        alignas(64) float m[W];
+        vmxv.store_aligned(m);
+        for (uint32_t t = 0; t < W; ++t) mx = m[t] > mx ? m[t] : mx;
+    }
+    for (; j < n; ++j) {
         const uint32_t slot = (lo + j) % k.ring;
         const float ks = k.scales ? k.scales[slot] : 1.0f;
         scores[j] = dot(q, k.base + size_t(slot) * k.dim, k.dim) * ks / sc;
@@ -621,8 +689,7 @@ void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint
     // exp over W scores at a time (xsimd's exp is within a few ulp of libm's expf).
     const Vec vmx(mx);
     Vec vsum(0.0f);
-    uint32_t j = 0;
-    for (; j + W <= n; j += W) {
+    for (j = 0; j + W <= n; j += W) {
         const Vec e = xsimd::exp(load(scores + j) - vmx);
         e.store_unaligned(scores + j);
         vsum += e;
@@ -632,12 +699,34 @@ void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint
         scores[j] = std::exp(scores[j] - mx);
         sum += scores[j];
     }
-    for (uint32_t d = 0; d < v.dim; ++d) out[d] = 0.0f;
-    for (j = 0; j < n; ++j) {
-        const uint32_t slot = (lo + j) % v.ring;
-        const float vs = v.scales ? v.scales[slot] : 1.0f;
-        axpy(scores[j] / sum * vs, v.base + size_t(slot) * v.dim, out, v.dim);
+    // Weights scores[j] / sum * scale_j, W at a time (a true division, as in the scalar kernel).
+    const Vec vs(sum);
+    for (j = 0; j + W <= n; j += W) {
+        Vec e = load(scores + j) / vs;
+        if (v.scales) {
+            alignas(64) float s8[W];
+            for (uint32_t t = 0; t < W; ++t) s8[t] = v.scales[(lo + j + t) % v.ring];
+            e = e * Vec::load_aligned(s8);
+        }
+        e.store_unaligned(scores + j);
     }
+    for (; j < n; ++j) scores[j] = scores[j] / sum * (v.scales ? v.scales[(lo + j) % v.ring] : 1.0f);
+    if (vec_v) {
+        const uint32_t chunks = v.dim / W;
+        Vec acc[kMaxAttnChunks];
+        for (uint32_t c = 0; c < chunks; ++c) acc[c] = Vec(0.0f);
+        uint32_t slot = lo % v.ring;
+        for (j = 0; j < n; ++j) {
+            const T *vr = v.base + size_t(slot) * v.dim;
+            const Vec wj(scores[j]);
+            for (uint32_t c = 0; c < chunks; ++c) acc[c] = xsimd::fma(wj, load(vr + c * W), acc[c]);
+            slot = slot + 1 == v.ring ? 0 : slot + 1;
+        }
+        for (uint32_t c = 0; c < chunks; ++c) acc[c].store_unaligned(out + c * W);
+        return;
+    }
+    for (uint32_t d = 0; d < v.dim; ++d) out[d] = 0.0f;
+    for (j = 0; j < n; ++j) axpy(scores[j], v.base + size_t((lo + j) % v.ring) * v.dim, out, v.dim);
 }
 
 void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> &v, uint32_t lo, uint32_t hi,
