@@ -38,6 +38,16 @@ constexpr uint32_t W = uint32_t(Vec::size);
 
 inline Vec load(const float *p) { return Vec::load_unaligned(p); }
 
+// a * b + c fused. xsimd 8.1 has no AVX-512 fma: its generic a * b + c is a multiply and an
+// add under -ffp-contract=off (two roundings, two instructions).
+inline Vec vfma(Vec a, Vec b, Vec c) {
+#if defined(__AVX512F__)
+    return Vec(_mm512_fmadd_ps(a, b, c));
+#else
+    return xsimd::fma(a, b, c);
+#endif
+}
+
 // W int8 values as floats (exact): sign-extend to 32 bits, convert (xsimd 8.1 has no such load).
 inline Vec load(const int8_t *p) {
 #if defined(__AVX512F__)
@@ -68,12 +78,12 @@ inline float dot(const float *a, const T *b, uint32_t n) {
     Vec acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
     uint32_t k = 0;
     for (; k + 4 * W <= n; k += 4 * W) {
-        acc0 = xsimd::fma(load(a + k), load(b + k), acc0);
-        acc1 = xsimd::fma(load(a + k + W), load(b + k + W), acc1);
-        acc2 = xsimd::fma(load(a + k + 2 * W), load(b + k + 2 * W), acc2);
-        acc3 = xsimd::fma(load(a + k + 3 * W), load(b + k + 3 * W), acc3);
+        acc0 = vfma(load(a + k), load(b + k), acc0);
+        acc1 = vfma(load(a + k + W), load(b + k + W), acc1);
+        acc2 = vfma(load(a + k + 2 * W), load(b + k + 2 * W), acc2);
+        acc3 = vfma(load(a + k + 3 * W), load(b + k + 3 * W), acc3);
     }
-    for (; k + W <= n; k += W) acc0 = xsimd::fma(load(a + k), load(b + k), acc0);
+    for (; k + W <= n; k += W) acc0 = vfma(load(a + k), load(b + k), acc0);
     float s = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
     for (; k < n; ++k) s += a[k] * float(b[k]);
     return s;
@@ -84,7 +94,7 @@ template <class T>
 inline void axpy(float s, const T *x, float *y, uint32_t n) {
     const Vec vs(s);
     uint32_t k = 0;
-    for (; k + W <= n; k += W) xsimd::fma(vs, load(x + k), load(y + k)).store_unaligned(y + k);
+    for (; k + W <= n; k += W) vfma(vs, load(x + k), load(y + k)).store_unaligned(y + k);
     for (; k < n; ++k) y[k] += s * float(x[k]);
 }
 
@@ -193,17 +203,17 @@ inline void dot_rows_t(const float *const *u, const float *x, uint32_t n, const 
     for (; k + 2 * W <= n; k += 2 * W) {
         const Vec x0 = load(x + k), x1 = load(x + k + W);
         for (uint32_t j = 0; j < R; ++j) {
-            a0[j] = xsimd::fma(load(u[j] + k), x0, a0[j]);
-            a1[j] = xsimd::fma(load(u[j] + k + W), x1, a1[j]);
+            a0[j] = vfma(load(u[j] + k), x0, a0[j]);
+            a1[j] = vfma(load(u[j] + k + W), x1, a1[j]);
         }
     }
     if (k + W <= n) {
         const Vec x0 = load(x + k);
-        for (uint32_t j = 0; j < R; ++j) a0[j] = xsimd::fma(load(u[j] + k), x0, a0[j]);
+        for (uint32_t j = 0; j < R; ++j) a0[j] = vfma(load(u[j] + k), x0, a0[j]);
         k += W;
     }
     for (uint32_t j = 0; j < R; ++j) {
-        acc[j].v = xsimd::fma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);
+        acc[j].v = vfma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);
         if (k < n) {
             float t = 0.0f;
             for (uint32_t i = k; i < n; ++i) t += u[j][i] * x[i];
@@ -254,15 +264,15 @@ inline void fused_rows_t(const Levels &lv, const uint8_t *const *src, const floa
         for (uint32_t j = 0; j < R; ++j) {
             __m256 w0, w1;
             decode16<Width>(lv, src[j] + k / 8 * Width, w0, w1);
-            a0[j] = xsimd::fma(Vec(w0), x0, a0[j]);
-            a1[j] = xsimd::fma(Vec(w1), x1, a1[j]);
+            a0[j] = vfma(Vec(w0), x0, a0[j]);
+            a1[j] = vfma(Vec(w1), x1, a1[j]);
         }
     }
     if (k + W <= n) {
         const Vec x0 = load(x + k);
-        for (uint32_t j = 0; j < R; ++j) a0[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
+        for (uint32_t j = 0; j < R; ++j) a0[j] = vfma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
     }
-    for (uint32_t j = 0; j < R; ++j) acc[j].v = xsimd::fma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);  // no tail: W == 8
+    for (uint32_t j = 0; j < R; ++j) acc[j].v = vfma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);  // no tail: W == 8
 }
 
 template <uint32_t Width>
@@ -631,8 +641,6 @@ void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
 // keys. Every step depends only on q and the keys lo..hi, so a query gives the same bits in a
 // decode step and inside a prefill chunk. Dims that are not a multiple of W take the per-key
 // path (dot / axpy).
-constexpr uint32_t kMaxAttnChunks = 8;  // dim / W held in registers (64 floats on SSE/NEON: 16 ...)
-
 // Lane t of the result = the sum of the lanes of part[t] (xsimd::haddp, whose AVX-512 form in
 // xsimd 8.1 returns the lanes in another order: ours is a transpose-and-add tree, 45 shuffles
 // and adds for 16 vectors).
@@ -655,11 +663,51 @@ inline Vec sum_lanes(const Vec *part) {
 #endif
 }
 
-template <class T>
-inline Vec key_dot(const Vec *qv, uint32_t chunks, const T *row) {
+template <uint32_t C, class T>
+inline Vec key_dot(const Vec *qv, const T *row) {
     Vec a = qv[0] * load(row);
-    for (uint32_t c = 1; c < chunks; ++c) a = xsimd::fma(qv[c], load(row + c * W), a);
+    for (uint32_t c = 1; c < C; ++c) a = vfma(qv[c], load(row + c * W), a);
     return a;
+}
+
+// Scores of keys j0 .. (multiples of W) into scores; returns the first key not done and the
+// lane-wise max so far. C = dim / W chunks, a compile-time count (unrolled, q in registers).
+template <uint32_t C, class T>
+uint32_t attention_scores(const float *q, const KvRing<T> &k, uint32_t lo, uint32_t n, float *scores, Vec &vmx) {
+    Vec qv[C];
+    for (uint32_t c = 0; c < C; ++c) qv[c] = load(q + c * W);
+    const Vec vsc(std::sqrt(float(k.dim)));
+    uint32_t slot0 = lo % k.ring, j = 0;
+    for (; j + W <= n; j += W) {
+        Vec part[W];
+        alignas(64) float ks[W];
+        uint32_t slot = slot0;
+        for (uint32_t t = 0; t < W; ++t) {
+            part[t] = key_dot<C>(qv, k.base + size_t(slot) * k.dim);
+            ks[t] = k.scales ? k.scales[slot] : 1.0f;
+            slot = slot + 1 == k.ring ? 0 : slot + 1;
+        }
+        slot0 = slot;
+        const Vec s = sum_lanes(part) * Vec::load_aligned(ks) / vsc;
+        s.store_unaligned(scores + j);
+        vmx = xsimd::max(vmx, s);
+    }
+    return j;
+}
+
+// out = sum_j scores[j] * v_j, the output in C registers.
+template <uint32_t C, class T>
+void attention_values(const float *scores, const KvRing<T> &v, uint32_t lo, uint32_t n, float *out) {
+    Vec acc[C];
+    for (uint32_t c = 0; c < C; ++c) acc[c] = Vec(0.0f);
+    uint32_t slot = lo % v.ring;
+    for (uint32_t j = 0; j < n; ++j) {
+        const T *vr = v.base + size_t(slot) * v.dim;
+        const Vec wj(scores[j]);
+        for (uint32_t c = 0; c < C; ++c) acc[c] = vfma(wj, load(vr + c * W), acc[c]);
+        slot = slot + 1 == v.ring ? 0 : slot + 1;
+    }
+    for (uint32_t c = 0; c < C; ++c) acc[c].store_unaligned(out + c * W);
 }
 
 template <class T>
@@ -667,31 +715,19 @@ void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint
                     float *scores, float *out) {
     const float sc = std::sqrt(float(k.dim));
     const uint32_t n = hi - lo + 1;
-    const bool vec_k = k.dim % W == 0 && k.dim / W <= kMaxAttnChunks;
-    const bool vec_v = v.dim % W == 0 && v.dim / W <= kMaxAttnChunks;
     uint32_t j = 0;
     Vec vmxv(-INFINITY);
-    if (vec_k) {
-        const uint32_t chunks = k.dim / W;
-        Vec qv[kMaxAttnChunks];
-        for (uint32_t c = 0; c < chunks; ++c) qv[c] = load(q + c * W);
-        const Vec vsc(sc);
-        uint32_t slot0 = lo % k.ring;
-        for (; j + W <= n; j += W) {
-            Vec part[W];
-            alignas(64) float ks[W];
-            uint32_t slot = slot0;
-            for (uint32_t t = 0; t < W; ++t) {
-                part[t] = key_dot(qv, chunks, k.base + size_t(slot) * k.dim);
-                ks[t] = k.scales ? k.scales[slot] : 1.0f;
-                slot = slot + 1 == k.ring ? 0 : slot + 1;
-            }
-            slot0 = slot;
-            const Vec s = sum_lanes(part) * Vec::load_aligned(ks) / vsc;
-            s.store_unaligned(scores + j);
-            vmxv = xsimd::max(vmxv, s);
+    if (k.dim % W == 0) switch (k.dim / W) {  // v2/v3 head widths 32, 48, 64 (and 24/W on SSE, NEON)
+        case 1: j = attention_scores<1>(q, k, lo, n, scores, vmxv); break;
+        case 2: j = attention_scores<2>(q, k, lo, n, scores, vmxv); break;
+        case 3: j = attention_scores<3>(q, k, lo, n, scores, vmxv); break;
+        case 4: j = attention_scores<4>(q, k, lo, n, scores, vmxv); break;
+        case 6: j = attention_scores<6>(q, k, lo, n, scores, vmxv); break;
+        case 8: j = attention_scores<8>(q, k, lo, n, scores, vmxv); break;
+        case 12: j = attention_scores<12>(q, k, lo, n, scores, vmxv); break;
+        case 16: j = attention_scores<16>(q, k, lo, n, scores, vmxv); break;
+        default: break;  // other widths: the per-key path below
         }
-    }
     float mx = -INFINITY;
     {
         alignas(64) float m[W];
@@ -729,20 +765,17 @@ void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint
         e.store_unaligned(scores + j);
     }
     for (; j < n; ++j) scores[j] = scores[j] / sum * (v.scales ? v.scales[(lo + j) % v.ring] : 1.0f);
-    if (vec_v) {
-        const uint32_t chunks = v.dim / W;
-        Vec acc[kMaxAttnChunks];
-        for (uint32_t c = 0; c < chunks; ++c) acc[c] = Vec(0.0f);
-        uint32_t slot = lo % v.ring;
-        for (j = 0; j < n; ++j) {
-            const T *vr = v.base + size_t(slot) * v.dim;
-            const Vec wj(scores[j]);
-            for (uint32_t c = 0; c < chunks; ++c) acc[c] = xsimd::fma(wj, load(vr + c * W), acc[c]);
-            slot = slot + 1 == v.ring ? 0 : slot + 1;
+    if (v.dim % W == 0) switch (v.dim / W) {
+        case 1: attention_values<1>(scores, v, lo, n, out); return;
+        case 2: attention_values<2>(scores, v, lo, n, out); return;
+        case 3: attention_values<3>(scores, v, lo, n, out); return;
+        case 4: attention_values<4>(scores, v, lo, n, out); return;
+        case 6: attention_values<6>(scores, v, lo, n, out); return;
+        case 8: attention_values<8>(scores, v, lo, n, out); return;
+        case 12: attention_values<12>(scores, v, lo, n, out); return;
+        case 16: attention_values<16>(scores, v, lo, n, out); return;
+        default: break;
         }
-        for (uint32_t c = 0; c < chunks; ++c) acc[c].store_unaligned(out + c * W);
-        return;
-    }
     for (uint32_t d = 0; d < v.dim; ++d) out[d] = 0.0f;
     for (j = 0; j < n; ++j) axpy(scores[j], v.base + size_t((lo + j) % v.ring) * v.dim, out, v.dim);
 }
