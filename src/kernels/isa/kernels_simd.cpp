@@ -38,6 +38,16 @@ constexpr uint32_t W = uint32_t(Vec::size);
 
 inline Vec load(const float *p) { return Vec::load_unaligned(p); }
 
+// a * b + c fused. xsimd 8.1 has no AVX-512 fma: its generic a * b + c is a multiply and an
+// add under -ffp-contract=off (two roundings, two instructions).
+inline Vec vfma(Vec a, Vec b, Vec c) {
+#if defined(__AVX512F__)
+    return Vec(_mm512_fmadd_ps(a, b, c));
+#else
+    return xsimd::fma(a, b, c);
+#endif
+}
+
 // W int8 values as floats (exact): sign-extend to 32 bits, convert (xsimd 8.1 has no such load).
 inline Vec load(const int8_t *p) {
 #if defined(__AVX512F__)
@@ -68,12 +78,12 @@ inline float dot(const float *a, const T *b, uint32_t n) {
     Vec acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
     uint32_t k = 0;
     for (; k + 4 * W <= n; k += 4 * W) {
-        acc0 = xsimd::fma(load(a + k), load(b + k), acc0);
-        acc1 = xsimd::fma(load(a + k + W), load(b + k + W), acc1);
-        acc2 = xsimd::fma(load(a + k + 2 * W), load(b + k + 2 * W), acc2);
-        acc3 = xsimd::fma(load(a + k + 3 * W), load(b + k + 3 * W), acc3);
+        acc0 = vfma(load(a + k), load(b + k), acc0);
+        acc1 = vfma(load(a + k + W), load(b + k + W), acc1);
+        acc2 = vfma(load(a + k + 2 * W), load(b + k + 2 * W), acc2);
+        acc3 = vfma(load(a + k + 3 * W), load(b + k + 3 * W), acc3);
     }
-    for (; k + W <= n; k += W) acc0 = xsimd::fma(load(a + k), load(b + k), acc0);
+    for (; k + W <= n; k += W) acc0 = vfma(load(a + k), load(b + k), acc0);
     float s = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
     for (; k < n; ++k) s += a[k] * float(b[k]);
     return s;
@@ -84,7 +94,7 @@ template <class T>
 inline void axpy(float s, const T *x, float *y, uint32_t n) {
     const Vec vs(s);
     uint32_t k = 0;
-    for (; k + W <= n; k += W) xsimd::fma(vs, load(x + k), load(y + k)).store_unaligned(y + k);
+    for (; k + W <= n; k += W) vfma(vs, load(x + k), load(y + k)).store_unaligned(y + k);
     for (; k < n; ++k) y[k] += s * float(x[k]);
 }
 
@@ -193,17 +203,17 @@ inline void dot_rows_t(const float *const *u, const float *x, uint32_t n, const 
     for (; k + 2 * W <= n; k += 2 * W) {
         const Vec x0 = load(x + k), x1 = load(x + k + W);
         for (uint32_t j = 0; j < R; ++j) {
-            a0[j] = xsimd::fma(load(u[j] + k), x0, a0[j]);
-            a1[j] = xsimd::fma(load(u[j] + k + W), x1, a1[j]);
+            a0[j] = vfma(load(u[j] + k), x0, a0[j]);
+            a1[j] = vfma(load(u[j] + k + W), x1, a1[j]);
         }
     }
     if (k + W <= n) {
         const Vec x0 = load(x + k);
-        for (uint32_t j = 0; j < R; ++j) a0[j] = xsimd::fma(load(u[j] + k), x0, a0[j]);
+        for (uint32_t j = 0; j < R; ++j) a0[j] = vfma(load(u[j] + k), x0, a0[j]);
         k += W;
     }
     for (uint32_t j = 0; j < R; ++j) {
-        acc[j].v = xsimd::fma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);
+        acc[j].v = vfma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);
         if (k < n) {
             float t = 0.0f;
             for (uint32_t i = k; i < n; ++i) t += u[j][i] * x[i];
@@ -254,15 +264,15 @@ inline void fused_rows_t(const Levels &lv, const uint8_t *const *src, const floa
         for (uint32_t j = 0; j < R; ++j) {
             __m256 w0, w1;
             decode16<Width>(lv, src[j] + k / 8 * Width, w0, w1);
-            a0[j] = xsimd::fma(Vec(w0), x0, a0[j]);
-            a1[j] = xsimd::fma(Vec(w1), x1, a1[j]);
+            a0[j] = vfma(Vec(w0), x0, a0[j]);
+            a1[j] = vfma(Vec(w1), x1, a1[j]);
         }
     }
     if (k + W <= n) {
         const Vec x0 = load(x + k);
-        for (uint32_t j = 0; j < R; ++j) a0[j] = xsimd::fma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
+        for (uint32_t j = 0; j < R; ++j) a0[j] = vfma(Vec(decode8<Width>(lv, src[j], k / 8)), x0, a0[j]);
     }
-    for (uint32_t j = 0; j < R; ++j) acc[j].v = xsimd::fma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);  // no tail: W == 8
+    for (uint32_t j = 0; j < R; ++j) acc[j].v = vfma(Vec(nrm[j]), a0[j] + a1[j], acc[j].v);  // no tail: W == 8
 }
 
 template <uint32_t Width>
@@ -507,6 +517,24 @@ void fwht(float *x, uint32_t m) {
         }
         h = 8;
     }
+#elif defined(__AVX512F__)
+    // Stages h = 1, 2, 4, 8 inside each 16-float register, the same way (partners by in-lane
+    // permutes for h = 1, 2 and 128-bit block swaps for h = 4, 8; the mask picks c' - a').
+    if (m >= 16) {
+        for (uint32_t i = 0; i < m; i += 16) {
+            __m512 v = _mm512_loadu_ps(x + i), t;
+            t = _mm512_permute_ps(v, 0xB1);
+            v = _mm512_mask_sub_ps(_mm512_add_ps(v, t), 0xAAAA, t, v);
+            t = _mm512_permute_ps(v, 0x4E);
+            v = _mm512_mask_sub_ps(_mm512_add_ps(v, t), 0xCCCC, t, v);
+            t = _mm512_shuffle_f32x4(v, v, 0xB1);
+            v = _mm512_mask_sub_ps(_mm512_add_ps(v, t), 0xF0F0, t, v);
+            t = _mm512_shuffle_f32x4(v, v, 0x4E);
+            v = _mm512_mask_sub_ps(_mm512_add_ps(v, t), 0xFF00, t, v);
+            _mm512_storeu_ps(x + i, v);
+        }
+        h = 16;
+    }
 #endif
     for (; h < m && h < W; h *= 2)  // short strides: scalar butterflies
         for (uint32_t i = 0; i < m; i += 2 * h)
@@ -604,41 +632,7 @@ void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
     }
 }
 
-// Softmax attention over a ring of float rows or int8 rows with per-slot scales (f32 rings have
-// scale 1, an exact multiply: their bits are those of plain f32 attention).
-template <class T>
-void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint32_t lo, uint32_t hi,
-                    float *scores, float *out) {
-    const float sc = std::sqrt(float(k.dim));
-    const uint32_t n = hi - lo + 1;
-    float mx = -INFINITY;
-    for (uint32_t j = 0; j < n; ++j) {
-        const uint32_t slot = (lo + j) % k.ring;
-        const float ks = k.scales ? k.scales[slot] : 1.0f;
-        scores[j] = dot(q, k.base + size_t(slot) * k.dim, k.dim) * ks / sc;
-        mx = scores[j] > mx ? scores[j] : mx;
-    }
-    // exp over W scores at a time (xsimd's exp is within a few ulp of libm's expf).
-    const Vec vmx(mx);
-    Vec vsum(0.0f);
-    uint32_t j = 0;
-    for (; j + W <= n; j += W) {
-        const Vec e = xsimd::exp(load(scores + j) - vmx);
-        e.store_unaligned(scores + j);
-        vsum += e;
-    }
-    float sum = xsimd::hadd(vsum);
-    for (; j < n; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-    }
-    for (uint32_t d = 0; d < v.dim; ++d) out[d] = 0.0f;
-    for (j = 0; j < n; ++j) {
-        const uint32_t slot = (lo + j) % v.ring;
-        const float vs = v.scales ? v.scales[slot] : 1.0f;
-        axpy(scores[j] / sum * vs, v.base + size_t(slot) * v.dim, out, v.dim);
-    }
-}
+#include "kernels/isa/attention_simd.h"
 
 void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> &v, uint32_t lo, uint32_t hi,
                     float *scores, float *out) {
