@@ -190,11 +190,17 @@ OFF_NOUNS = ["music", "history", "cats", "the moon", "pasta", "football", "the n
 OFF_ADJ = ["good", "expensive", "far", "open", "safe", "popular", "hard"]
 
 
-def synthetic_name(r, words=1):
-    """A made-up proper name (training only): the model must copy names, not recall them."""
+def synthetic_name(r, words=1, letters=0.0):
+    """A made-up proper name (training only): the model must copy names, not recall them.
+    With probability `letters` a word is a random letter string instead of syllables: the
+    syllable names tokenise into a few dozen pieces, real held-out cities into others, and a
+    model trained on syllables alone learned to write syllable names instead of copying."""
     parts = []
     for _ in range(words):
-        w = "".join(r.choice(SYLLABLES) for _ in range(r.randint(1, 3)))
+        if letters and r.random() < letters:
+            w = "".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(3, 10)))
+        else:
+            w = "".join(r.choice(SYLLABLES) for _ in range(r.randint(1, 3)))
         parts.append(w.capitalize())
     return " ".join(parts)
 
@@ -207,8 +213,12 @@ def split(items, test):
 
 
 class Gen:
-    def __init__(self, rng, test):
+    def __init__(self, rng, test, copy=False):
+        # copy=True is the second training stage (train.sh): most names, cities and bodies
+        # made up, a third of them random letter strings; the test split ignores it.
         self.r, self.test = rng, test
+        self.made_up = 0.8 if copy and not test else 0.5
+        self.letters = 0.35 if copy and not test else 0.0
         self.cities = [c for c in cities() if held_out(c, "city") == test]
         self.names = [n for n in NAMES if held_out(n, "name", 5) == test]
         self.bodies = BODIES_TEST if test else BODIES_TRAIN
@@ -220,18 +230,22 @@ class Gen:
     # Training draws half its proper names, bodies and labels fresh (made up) so that copying
     # from the query is the only way to be right; the test set uses only real held-out ones.
     def city(self):
-        if not self.test and self.r.random() < 0.5:
-            return synthetic_name(self.r, 1 if self.r.random() < 0.8 else 2)
+        if not self.test and self.r.random() < self.made_up:
+            return synthetic_name(self.r, 1 if self.r.random() < 0.8 else 2, self.letters)
         return self.pick(self.cities)
 
     def name(self):
-        if not self.test and self.r.random() < 0.5:
-            return synthetic_name(self.r)
+        if not self.test and self.r.random() < self.made_up:
+            return synthetic_name(self.r, 1, self.letters)
         return self.pick(self.names)
 
     def body(self):
-        if not self.test and self.r.random() < 0.5:
-            return " ".join(self.pick(FILLER_WORDS) for _ in range(self.r.randint(2, 6)))
+        if not self.test and self.r.random() < self.made_up:
+            ws = [self.pick(FILLER_WORDS) for _ in range(self.r.randint(2, 6))]
+            if self.letters:  # now and then a made-up word inside the body, copied too
+                ws = [synthetic_name(self.r).lower() if self.r.random() < self.letters / 3 else w
+                      for w in ws]
+            return " ".join(ws)
         return self.pick(self.bodies)
 
     def label(self):
@@ -400,10 +414,19 @@ def main():
     ap.add_argument("--train", type=int, default=40000)
     ap.add_argument("--test", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--copy", action="store_true",
+                    help="only the second-stage training set (copy-heavy) into train.jsonl "
+                         "of --out; no test split, no corpus")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     tools = json.load(open(TOOLS_PATH))
     tt = tools_json(tools)
+    if args.copy:
+        g = Gen(random.Random(args.seed * 1000 + 2), False, copy=True)
+        with open(os.path.join(args.out, "train.jsonl"), "w") as f:
+            for _ in range(args.train):
+                f.write(json.dumps(g.example()) + "\n")
+        return
     for name, n, test in (("train", args.train, False), ("test", args.test, True)):
         g = Gen(random.Random(args.seed * 1000 + int(test)), test)
         with open(os.path.join(args.out, name + ".jsonl"), "w") as f:
