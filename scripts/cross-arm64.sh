@@ -38,7 +38,7 @@ fi
 # ---------------------------------------------------------------- build
 # needle_tests is compiled from only the test files run below (the whole suite would add minutes
 # of cross compiling for tests that never run here).
-test_files="test_kernels;test_logits_v2;test_logits_v3;test_isa;test_fastpath;test_kv_int8;test_api;test_build_options"
+test_files="test_kernels;test_logits_v2;test_logits_v3;test_isa;test_fastpath;test_kv_int8;test_api;test_build_options;test_fast"
 build_t0=$(date +%s)
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DNEEDLE_TEST_FILES="$test_files" \
       -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/toolchain-aarch64-linux.cmake" >/dev/null
@@ -75,6 +75,9 @@ fi
 #   kv-int8            kv int8 on tiny (error against the reference, batched == one at a time,
 #                      kv_type validation; 18 s)
 #   api                api:* (27 s)
+#   fast               FAST precision (int8 activations): the neon FAST kernels give the scalar
+#                      FAST bits; FAST logits error bounds on tiny, odd, ternary and tiny3;
+#                      batched == sequential; the params field (7 cases, needle2/needle3syn out)
 #   bench              needle-bench on tiny, 32 prompt + 8 decode tokens, default threads (< 1 s)
 # Left out (the x86 suite runs them natively): everything on needle2 (13 MB; its v2 logits alone
 # ran past 150 s of CPU under qemu) and needle3syn (35 MB); v3 batched; threads:* (the
@@ -134,7 +137,7 @@ QUICK=${NEEDLE_ARM64_QUICK:-0}
 if [ "$QUICK" = 1 ]; then
   labels=(kernels hwcap-a53 hwcap-n1 logits)
 else
-  labels=(kernels hwcap-a53 hwcap-n1 logits isa batched kv-int8 api bench)
+  labels=(kernels hwcap-a53 hwcap-n1 logits isa batched kv-int8 api fast bench)
 fi
 rm -f "$BUILD"/qemu-*.rc
 tests_t0=$(date +%s)
@@ -153,6 +156,7 @@ else
     run isa 3 --test-case='isa: *' --test-case-exclude="$no_needle2"
     run kv-int8 3 --test-case='kv int8*' --test-case-exclude="$no_needle2"
     run api 17 --test-case='api:*' --test-case-exclude="$no_needle2"
+    run fast 7 --test-case='fast:*' --test-case-exclude="$no_needle2,*needle3syn*"
     bench
   } &
   wait
