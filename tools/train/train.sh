@@ -28,7 +28,7 @@ mkdir -p "$OUT"
 echo "== 1/5 the PyTorch model against the fixtures and the engine"
 "$PY" tools/train/test_parity.py --engine
 echo "== 2/5 data"
-"$PY" tools/train/data.py --out "$OUT" --seed "$SEED"
+"$PY" tools/train/data.py --out "$OUT" --seed "$SEED" --train 80000
 echo "== 3/5 tokenizer"
 "$PY" tools/train/tokenizer.py --corpus "$OUT/corpus.txt" --vocab 1024 --out "$OUT/tok"
 echo "== 4/5 training ($STEPS steps)"
