@@ -22,11 +22,11 @@ using api_test::Model;
 using nlohmann::json;
 
 // Floors for the held-out check, just under what the committed model measured when it was
-// exported (models/README.md: 0.097 exact calls on 895 tool queries, 0.476 [] on 105 off-topic,
-// 4 of 1000 turns truncated). A retrained model raises them.
-constexpr double kMinExactCalls = 0.08;    // share of tool queries answered with exactly the calls
-constexpr double kMinOffTopicEmpty = 0.40;  // share of off-topic queries answered with []
-constexpr int kMaxFailedTurns = 10;         // truncated turns (the grammar leaves no other failure)
+// exported (models/README.md: 0.294 exact calls on 895 tool queries, 0.467 [] on 105 off-topic,
+// no truncated turn). A retrained model raises them.
+constexpr double kMinExactCalls = 0.28;    // share of tool queries answered with exactly the calls
+constexpr double kMinOffTopicEmpty = 0.44;  // share of off-topic queries answered with []
+constexpr int kMaxFailedTurns = 3;          // truncated turns (the grammar leaves no other failure)
 constexpr float kLogitTol = 1e-4f;
 
 std::string models_file(const std::string &name) { return std::string(NEEDLE_MODELS_DIR) + "/" + name; }
@@ -158,10 +158,9 @@ TEST_CASE("demo model: needle_init without needle_load or NEEDLE_MODEL uses the 
     REQUIRE(needle_complete("Set a timer for 5 minutes", 96, out.data(), int(out.size())) == 0);
     const json env = json::parse(out.data());
     INFO(env.dump());
-    // The issue's target is {"seconds": 300}; the committed model gets the tool and the key
-    // right but not yet the number (models/README.md, known limits): tighten with a better one.
+    // The issue's demo call: exactly one set_timer with 300 seconds and no label.
     REQUIRE(env.at("function_calls").size() == 1);
     const json &call = env.at("function_calls")[0];
     CHECK(call.at("name") == "set_timer");
-    CHECK(call.at("arguments").at("seconds").is_number_integer());
+    CHECK(call.at("arguments") == json{{"seconds", 300}});
 }

@@ -123,6 +123,12 @@ def main():
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--eval-n", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--train-file", default="",
+                    help="training examples (default DATA/train.jsonl; the tokenizer and the "
+                         "held-out split always come from --data)")
+    ap.add_argument("--stop", type=int, default=0,
+                    help="stop after this step (evaluating and saving), the schedule still "
+                         "sized for --steps")
     ap.add_argument("--minutes", type=float, default=0,
                     help="wall-clock budget: the schedule follows max(step/steps, time/budget) "
                          "and training stops at the end of either (0 = steps only; not "
@@ -132,7 +138,7 @@ def main():
     torch.manual_seed(args.seed)
     sp = tokenizer.load(args.data)
     tools_text = data.tools_json(json.load(open(data.TOOLS_PATH)))
-    train = Examples(os.path.join(args.data, "train.jsonl"), sp, tools_text)
+    train = Examples(args.train_file or os.path.join(args.data, "train.jsonl"), sp, tools_text)
     test = Examples(os.path.join(args.data, "test.jsonl"), sp, tools_text, limit=args.eval_n)
     P = len(train.prefix)
     g = needle2.Geometry(**dict(DEMO_GEOMETRY, vocab_size=sp.get_piece_size()))
@@ -161,9 +167,9 @@ def main():
         opt, lambda s: min(1.0, (s + 1) / warm) *
         (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress(s)))))
     rng = random.Random(args.seed)
-    order = []
+    order, best = [], (-1.0, 0)
     for step in range(1, args.steps + 1):
-        last = step == args.steps or progress(step) >= 1.0
+        last = step == args.steps or progress(step) >= 1.0 or step == args.stop
         if len(order) < args.batch:
             order = list(range(len(train.rows)))
             rng.shuffle(order)
@@ -188,14 +194,21 @@ def main():
             print("eval step %d: test loss %.4f exact %s" %
                   (step, loss_t, json.dumps({k: round(v, 3) for k, v in sorted(acc.items())})),
                   flush=True)
-            # Every evaluation leaves a usable model: the latest at --out and a per-step copy.
+            # Every evaluation leaves a usable model: a per-step copy, and --out holds the best
+            # so far by held-out exact calls (ties go to the later step: lower lr, lower loss),
+            # so a run stopped early still has its best model where export.py looks.
             ck = {"geometry": g.as_dict(), "arrays": model.arrays(), "step": step,
-                  "names": model.names, "test_exact": acc}
-            torch.save(ck, args.out)
+                  "names": model.names, "test_exact": acc, "test_loss": loss_t}
             torch.save(ck, "%s.step%d" % (args.out, step))
+            if acc["all"] >= best[0]:
+                best = (acc["all"], step)
+                torch.save(ck, args.out)
+                print("  best so far: step %d exact %.3f -> %s" % (step, acc["all"], args.out),
+                      flush=True)
         if last:
             break
-    print("done: %d steps in %.0f s" % (step, time.time() - t0), flush=True)
+    print("done: %d steps in %.0f s; best step %d (exact %.3f) in %s" %
+          (step, time.time() - t0, best[1], best[0], args.out), flush=True)
 
 
 if __name__ == "__main__":
