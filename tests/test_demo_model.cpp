@@ -22,11 +22,11 @@ using api_test::Model;
 using nlohmann::json;
 
 // Floors for the held-out check, just under what the committed model measured when it was
-// exported (models/README.md: 0.294 exact calls on 895 tool queries, 0.467 [] on 105 off-topic,
-// no truncated turn). A retrained model raises them.
-constexpr double kMinExactCalls = 0.28;    // share of tool queries answered with exactly the calls
-constexpr double kMinOffTopicEmpty = 0.44;  // share of off-topic queries answered with []
-constexpr int kMaxFailedTurns = 3;          // truncated turns (the grammar leaves no other failure)
+// exported (models/README.md: 0.586 exact calls on 850 tool queries, 0.847 [] on 150 off-topic,
+// 3 of 1000 turns truncated). A retrained model raises them.
+constexpr double kMinExactCalls = 0.57;    // share of tool queries answered with exactly the calls
+constexpr double kMinOffTopicEmpty = 0.83;  // share of off-topic queries answered with []
+constexpr int kMaxFailedTurns = 5;          // truncated turns (the grammar leaves no other failure)
 constexpr float kLogitTol = 1e-4f;
 
 std::string models_file(const std::string &name) { return std::string(NEEDLE_MODELS_DIR) + "/" + name; }

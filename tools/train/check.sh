@@ -4,8 +4,8 @@
 #  1. the PyTorch Needle 2 reproduces the v2 fixtures' logits and the engine's (<= 1e-4) on
 #     tiny, odd (kv_window 0, d_model 96) and ternary;
 #  2. a short pipeline run (small data set, tokenizer, 5 training steps, export at 4 bits
-#     through the writer) loads in the engine, whose tokenizer agrees with sentencepiece and
-#     whose logits equal the dequantised PyTorch model's (<= 1e-4).
+#     through the writer) loads in the engine, whose tokenizer agrees with the trainer's
+#     (tokenizer.py) and whose logits equal the dequantised PyTorch model's (<= 1e-4).
 # Exit status non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -9,7 +9,9 @@ DIR/corpus.txt (rendered training text for the tokenizer). Deterministic for the
 Held-out split: the test set uses templates, cities, contact names, message bodies and some
 number values the training set never shows (so its accuracy measures generalisation, not
 recall). Cities come from tzdata's zone1970.tab (a Debian word list); contact names from a
-list of given names below. Prompt rendering is tool-calling.md §3.1, the target §3.4 (what the
+list of given names below. Most training cities and names are made up per example
+(`fresh_name`), bodies and labels drawn from Debian's wamerican word list, so the model learns
+to copy any value rather than a closed set. Prompt rendering is tool-calling.md §3.1, the target §3.4 (what the
 base model writes: no think block, "<tool_call>" CALLS "</tool_call><|im_end|>").
 """
 
@@ -23,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TOOLS_PATH = os.path.join(ROOT, "models", "needle-demo.tools.json")
 ZONES = "/usr/share/zoneinfo/zone1970.tab"
+DICT = "/usr/share/dict/words"
 
 # ------------------------------------------------------------------ rendering (tool-calling §3)
 
@@ -181,6 +184,13 @@ keys bag coat shoes food coffee tea water milk bread cake dinner lunch breakfast
 movie song show call meeting class trip walk run ride is are was be have has need want get
 got bring take send buy make see meet come go leave stay wait call me you us them it there
 here at in on for with from to about after before back up down out over""".split()
+FRESH = 0.75  # share of training cities/names drawn fresh
+BODY_WORDS = FILLER_WORDS + """I I'm I'll we you he she they it's don't can't won't let's
+call text dinner lunch tonight tomorrow morning evening weekend sorry thanks love miss late
+early ready done home office store park station airport school gym doctor meeting party
+game movie keys wallet phone charger milk eggs bread kids dog cat car bus train""".split()
+# Held-out bodies and labels must not be made from the same words by chance.
+HELD_WORDS = {"soup", "stretching", "potatoes"}
 OFF_FRAMES = ["tell me about {w}", "what is {w}", "how do I {v} {w}", "why is {w} {a}",
               "can you {v} the {w}", "I like {w}", "is {w} {a}", "{v} {w} for me",
               "do you know any {w}", "what do you think of {w}"]
@@ -189,20 +199,163 @@ OFF_NOUNS = ["music", "history", "cats", "the moon", "pasta", "football", "the n
              "a car", "the garden", "my emails", "a hotel", "the printer", "chess", "poetry"]
 OFF_ADJ = ["good", "expensive", "far", "open", "safe", "popular", "hard"]
 
+# Broad off-topic requests (answered []): frames x topics, other tools' requests, chit-chat.
+# Every list is split by position like the templates (index % 5 == 4 is test-only).
+TOPICS = """music history cats dogs the moon pasta football the news taxes chess poetry jazz
+physics gardening bicycles the ocean volcanoes dinosaurs coffee wine cheese photography
+painting yoga the stock market bitcoin elections the weekend my homework science fiction
+ancient Rome the Olympics sushi pizza electric cars solar panels the internet robots
+climate change space travel birds bees whales sharks mountains deserts rivers trains
+airplanes tennis basketball baseball golf movies cartoons video games board games knitting
+baking bread chocolate tea vegetables vitamins sleep running swimming marathons math
+algebra geometry chemistry biology philosophy religion languages Spanish French German
+Japanese grammar spelling novels Shakespeare opera guitars pianos drums dancing fashion
+shoes furniture my car my job my family my friends birthdays holidays Halloween Easter
+camping hiking fishing insurance mortgages rent recipes soup salads breakfast cereal
+museums castles pyramids the Eiffel Tower the Great Wall maps clocks calendars umbrellas
+""".split("\n")
+TOPICS = [t for line in TOPICS for t in line.split(" ") if t]
+TOPIC_PHRASES = ["ancient Rome", "the stock market", "climate change", "space travel",
+                 "video games", "board games", "science fiction", "electric cars",
+                 "solar panels", "the Great Wall", "the Eiffel Tower", "my homework", "the Olympics"]
+OFF_FRAMES2 = ["tell me about {t}", "what do you know about {t}?", "explain {t} to me",
+               "I want to learn about {t}", "Can you teach me about {t}?", "{t} is boring",
+               "why do people like {t}?", "give me a fact about {t}", "what's your opinion on {t}",
+               "I really love {t}", "write a story about {t}", "summarize the history of {t}",
+               "Is {t} popular these days?", "how do I get better at {t}?",
+               "I'm reading about {t}", "Do you like {t}?", "let's talk about {t}",
+               "what's the best book on {t}", "quiz me on {t}", "{t}, what do you think?",
+               "I have a question about {t}", "recommend something about {t}",
+               "my friend is obsessed with {t}", "How much does {t} cost?",
+               "search the web for {t}", "make a list of {t} ideas", "describe {t} in one sentence",
+               "are there any podcasts about {t}?", "show me pictures of {t}",
+               "what is the origin of {t}", "compose a song about {t}",
+               "I don't understand {t}", "who invented {t}?", "tell me a joke about {t}",
+               "Find a video about {t}", "do you have any tips for {t}?",
+               "what are the rules of {t}", "can you help me with {t}", "remind me what {t} is",
+               "translate {t} into French"]
+OTHER_TOOLS = ["Book a hotel in {city} for two nights",
+               "play some {t}", "play the next song", "Play my workout playlist",
+               "call {name}", "Call {name} on speaker", "video call {name}",
+               "email {name} about {t}", "what time is it in {city}?",
+               "how far is {city} from here", "navigate to {city}", "order a pizza",
+               "order sushi for dinner", "set the thermostat to {n} degrees",
+               "turn the heating up to {n}", "make it warmer in here", "turn up the volume",
+               "mute the TV", "lock the front door", "open the garage door", "unlock the car",
+               "add {t} to my shopping list", "put eggs on the grocery list",
+               "what's on my calendar today", "schedule a meeting with {name} tomorrow",
+               "cancel my dentist appointment", "take a note: buy {t}",
+               "start the dishwasher", "close the blinds",
+               "open the curtains in the {room}", "take a picture", "show me my photos",
+                "how much is a taxi to {city}",
+               "convert {n} dollars to euros", "what's {n} plus {n2}",
+               "read me the news", "what's the score of the game", "who won the match last night",
+               "track my package", "pay the electricity bill", "check my bank balance",
+               "post a photo on instagram", "open the calculator", "turn on the TV",
+               "turn on the fan", "switch on the coffee machine", "start the washing machine",
+               "buy tickets for the concert", "find flights to {city} next week",
+               "reserve a table for {n} people", "what movies are playing tonight",
+               "Set my status to busy", "charge my phone", "where is my phone",
+               "how do I get to {city}", "spell the word {t}", "define the word {t}"]
+CHITCHAT = ["hello", "hi", "hey there", "good morning", "good evening", "good night",
+            "thank you so much", "who are you", "what's your name",
+            "you are great", "I'm bored", "I'm tired", "I had a long day", "nice to meet you",
+            "ok", "cool", "never mind", "stop", "cancel that", "yes", "no", "what can you do?",
+            "are you a robot?", "I love you", "goodbye", "see you later", "sorry",
+            "what's the meaning of life", "tell me something interesting", "sing a song",
+            "I'm hungry", "I'm happy today", "it's a beautiful day", "what day is it",
+            "what year is it", "how old are you", "can you hear me", "test test",
+            "my kitchen is a mess", "I hate the rain", "the weather was lovely yesterday",
+            "I already set a timer", "the lights are fine", "I texted her already",
+            "{city} is a lovely city", "I visited {city} last year", "{name} is my best friend",
+            "I saw {name} at the shop", "did you know {name}?", "I miss {city}"]
 
-def synthetic_name(r, words=1, letters=0.0):
-    """A made-up proper name (training only): the model must copy names, not recall them.
-    With probability `letters` a word is a random letter string instead of syllables: the
-    syllable names tokenise into a few dozen pieces, real held-out cities into others, and a
-    model trained on syllables alone learned to write syllable names instead of copying."""
+# The new lists do not repeat the original list (whose split is the old held-out set).
+_OLD = {t.lower().rstrip("?!") for t in OFF_TOPIC}
+OFF_FRAMES2, OTHER_TOOLS, CHITCHAT = ([t for t in x if t.lower().rstrip("?!") not in _OLD]
+                                      for x in (OFF_FRAMES2, OTHER_TOOLS, CHITCHAT))
+
+
+def off_train(items):
+    """The training part of an off-topic list without anything close to a held-out request of
+    the original list (its test queries stay unseen)."""
+    held = [t.lower().rstrip("?!") for t in split(OFF_TOPIC, True)]
+    base = lambda t: t.lower().split("{")[0].strip().rstrip("?!")
+    return [t for t in split(items, False)
+            if not any(h.startswith(base(t)) or base(t).startswith(h) for h in held)]
+
+
+def synthetic_name(r, words=1):
+    """A made-up proper name (training only): the model must copy names, not recall them."""
     parts = []
     for _ in range(words):
-        if letters and r.random() < letters:
-            w = "".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(3, 10)))
-        else:
-            w = "".join(r.choice(SYLLABLES) for _ in range(r.randint(1, 3)))
+        w = "".join(r.choice(SYLLABLES) for _ in range(r.randint(1, 3)))
         parts.append(w.capitalize())
     return " ".join(parts)
+
+
+# A diverse generator of made-up names: letter strings of realistic shape (onset, vowel, coda
+# clusters of many languages), recombined parts of real names, dictionary words; 1-2 words,
+# varied capitalisation. The old 26 syllables taught the model to copy those and nothing else.
+ONSETS = ("b c d f g h j k l m n p r s t v w x y z br bl ch cl cr dr fl fr gl gr kl kr ph pl "
+          "pr qu sc sh sk sl sm sn sp st str sw th tr tw vl wh zh ts dz ng gn ps").split()
+VOWELS = "a e i o u a e i o u y ai au ea ee ei ia ie io oa oe oi oo ou ua ue ui aa".split()
+CODAS = ("n r s l t m k d x z ng nd nt rd rk rn rs st sk th ch sh ll ss tt ck gh").split()
+
+
+def word_shape(r):
+    w = ""
+    for k in range(r.choice([1, 1, 2, 2, 2, 3, 3, 4])):
+        if k == 0 and r.random() < 0.25:
+            w += r.choice(VOWELS)
+        else:
+            w += r.choice(ONSETS) + r.choice(VOWELS)
+        if r.random() < 0.3:
+            w += r.choice(CODAS)
+    if r.random() < 0.08:
+        w += str(r.randint(1, 99))
+    return w
+
+
+def capitalise(r, w):
+    x = r.random()
+    if x < 0.72:
+        return w[:1].upper() + w[1:].lower()
+    if x < 0.84:
+        return w.lower()
+    if x < 0.92:
+        return w.upper()
+    k = r.randrange(1, max(2, len(w)))
+    return w[:1].upper() + w[1:k].lower() + w[k:k + 1].upper() + w[k + 1:].lower()
+
+
+def fresh_name(r, parts, dictionary, max_words=2):
+    """A made-up proper name (training only): shapes, recombined real parts or dictionary
+    words, 1-2 words (3 rarely), varied capitalisation."""
+    n = 1 if r.random() < 0.7 else (2 if r.random() < 0.9 or max_words < 3 else 3)
+    out = []
+    for _ in range(min(n, max_words + 1)):
+        x = r.random()
+        if x < 0.55:
+            w = word_shape(r)
+        elif x < 0.8:
+            a, b = r.choice(parts), r.choice(parts)
+            w = a[:r.randint(1, len(a))] + b[r.randint(0, len(b) - 1):]
+        else:
+            w = r.choice(dictionary)
+        out.append(capitalise(r, w))
+    return r.choice([" ", " ", " ", "-"]).join(out) if len(out) > 1 else out[0]
+
+
+def dictionary_words():
+    """Lower-case words of Debian's wamerican list (/usr/share/dict/words), 2-10 letters."""
+    try:
+        with open(DICT, encoding="utf-8") as f:
+            ws = [w.strip() for w in f]
+    except OSError:
+        ws = []
+    ws = [w for w in ws if w.isascii() and w.isalpha() and w.islower() and 2 <= len(w) <= 10]
+    return ws or FILLER_WORDS
 
 
 def split(items, test):
@@ -213,51 +366,75 @@ def split(items, test):
 
 
 class Gen:
-    def __init__(self, rng, test, copy=False):
-        # copy=True is the second training stage (train.sh): most names, cities and bodies
-        # made up, a third of them random letter strings; the test split ignores it.
+    def __init__(self, rng, test):
         self.r, self.test = rng, test
-        self.made_up = 0.8 if copy and not test else 0.5
-        self.letters = 0.35 if copy and not test else 0.0
         self.cities = [c for c in cities() if held_out(c, "city") == test]
         self.names = [n for n in NAMES if held_out(n, "name", 5) == test]
         self.bodies = BODIES_TEST if test else BODIES_TRAIN
         self.labels = LABELS_TEST if test else LABELS_TRAIN
+        # Parts of real names for recombination: training names and cities only.
+        self.parts = [w for w in NAMES + cities() if w.isalpha() and len(w) > 2 and
+                      held_out(w, "name", 5) is False and held_out(w, "city") is False]
+        self.off = {id(x): off_train(x) for x in (OFF_FRAMES2, OTHER_TOOLS, CHITCHAT)}
+        self.dict = [w for w in dictionary_words() if w not in HELD_WORDS]
 
     def pick(self, items):
         return items[self.r.randrange(len(items))]
 
-    # Training draws half its proper names, bodies and labels fresh (made up) so that copying
-    # from the query is the only way to be right; the test set uses only real held-out ones.
+    # Training draws most proper names, bodies and labels fresh (made up, FRESH) so that
+    # copying from the query is the only way to be right; the test set uses only real
+    # held-out ones.
     def city(self):
-        if not self.test and self.r.random() < self.made_up:
-            return synthetic_name(self.r, 1 if self.r.random() < 0.8 else 2, self.letters)
+        if not self.test and self.r.random() < FRESH:
+            return fresh_name(self.r, self.parts, self.dict)
         return self.pick(self.cities)
 
     def name(self):
-        if not self.test and self.r.random() < self.made_up:
-            return synthetic_name(self.r, 1, self.letters)
+        if not self.test and self.r.random() < FRESH:
+            return fresh_name(self.r, self.parts, self.dict, 1)
         return self.pick(self.names)
 
     def body(self):
-        if not self.test and self.r.random() < self.made_up:
-            ws = [self.pick(FILLER_WORDS) for _ in range(self.r.randint(2, 6))]
-            if self.letters:  # now and then a made-up word inside the body, copied too
-                ws = [synthetic_name(self.r).lower() if self.r.random() < self.letters / 3 else w
-                      for w in ws]
-            return " ".join(ws)
-        return self.pick(self.bodies)
+        if self.test:
+            return self.pick(self.bodies)
+        x = self.r.random()
+        if x < 0.15:
+            return self.pick(self.bodies)
+        n = self.r.randint(1, 7)
+        ws = [self.pick(self.dict) if self.r.random() < 0.45 else self.pick(BODY_WORDS)
+              for _ in range(n)]
+        if self.r.random() < 0.2:
+            ws[0] = ws[0].capitalize()
+        if self.r.random() < 0.1:
+            ws.append(str(self.r.randint(1, 12)))
+        return " ".join(ws)
 
     def label(self):
-        if not self.test and self.r.random() < 0.3:
-            return self.pick(FILLER_WORDS[:60]) + " " + self.pick(["timer", "break", "run"])
+        if not self.test and self.r.random() < 0.6:
+            w = self.pick(self.dict)
+            return w if self.r.random() < 0.7 else w + " " + self.pick(self.dict)
         return self.pick(self.labels)
 
     def off_topic(self):
-        if not self.test and self.r.random() < 0.5:
+        r = self.r.random()
+        fill = lambda t: t.replace("{t}", self.pick(TOPICS + TOPIC_PHRASES)).replace(
+            "{city}", self.pick(self.cities) if self.test or self.r.random() < 0.5 else
+            fresh_name(self.r, self.parts, self.dict)).replace(
+            "{name}", self.pick(self.names) if self.test or self.r.random() < 0.5 else
+            fresh_name(self.r, self.parts, self.dict, 1)).replace(
+            "{n2}", str(self.r.randint(2, 30))).replace("{n}", str(self.r.randint(2, 30))).replace(
+            "{room}", self.pick(ROOMS))
+        if self.test:
+            # Held-out: the old list's test templates plus unseen frames of the new lists.
+            src = self.pick([OFF_TOPIC, OFF_FRAMES2, OTHER_TOOLS, CHITCHAT])
+            return fill(self.pick(split(src, True)))
+        if r < 0.1:
             return self.pick(OFF_FRAMES).replace("{w}", self.pick(OFF_NOUNS)).replace(
                 "{v}", self.pick(OFF_VERBS)).replace("{a}", self.pick(OFF_ADJ))
-        return self.pick(split(OFF_TOPIC, self.test))
+        if r < 0.2:
+            return self.pick(split(OFF_TOPIC, False))
+        src = OFF_FRAMES2 if r < 0.5 else (OTHER_TOOLS if r < 0.8 else CHITCHAT)
+        return fill(self.pick(self.off[id(src)]))
 
     def number(self, n):
         """n as digits or words (words up to 99)."""
@@ -275,8 +452,27 @@ class Gen:
             if n not in held:
                 return n
 
+    def common_duration(self, adjective):
+        """The durations people ask for most, each seen often (no arithmetic to generalise)."""
+        unit, n = self.pick([("m", 5), ("m", 10), ("m", 15), ("m", 20), ("m", 30), ("m", 45),
+                             ("m", 1), ("m", 2), ("m", 3), ("m", 25), ("m", 40), ("m", 60),
+                             ("m", 90), ("h", 1), ("h", 2), ("h", 3), ("s", 30), ("s", 90),
+                             ("s", 45), ("s", 10), ("x", 0), ("x", 1), ("x", 2)])
+        if unit == "x":
+            text, secs = [("half an hour", 1800), ("an hour", 3600), ("a minute", 60)][n]
+            if adjective:
+                text = {"an hour": "one hour", "a minute": "one minute"}.get(text, text)
+            return text, secs
+        name, mult = {"m": ("minute", 60), "h": ("hour", 3600), "s": ("second", 1)}[unit]
+        plural = "" if adjective or n == 1 else "s"
+        if unit == "m" and not adjective and self.r.random() < 0.15:
+            name, plural = self.pick(["min", "mins"]), ""
+        return "%s %s%s" % (self.number(n), name, plural), n * mult
+
     def duration(self, adjective):
         """(text, seconds). adjective: '5 minute' instead of '5 minutes'."""
+        if self.r.random() < 0.35:
+            return self.common_duration(adjective)
         r = self.r.random()
         if r < 0.45:
             n = self.value(1, 90, HELD_MINUTES)
@@ -389,10 +585,10 @@ class Gen:
 
     def example(self):
         r = self.r.random()
-        if r < 0.12:
+        if r < 0.15:
             q, calls, kind = self.off_topic(), [], "off_topic"
             q = self.vary(q)
-        elif r < 0.24:
+        elif r < 0.27:
             (q1, c1), (q2, c2) = self.single(), self.single()
             while c2["name"] == c1["name"]:
                 q2, c2 = self.single()
@@ -414,19 +610,10 @@ def main():
     ap.add_argument("--train", type=int, default=40000)
     ap.add_argument("--test", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--copy", action="store_true",
-                    help="only the second-stage training set (copy-heavy) into train.jsonl "
-                         "of --out; no test split, no corpus")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     tools = json.load(open(TOOLS_PATH))
     tt = tools_json(tools)
-    if args.copy:
-        g = Gen(random.Random(args.seed * 1000 + 2), False, copy=True)
-        with open(os.path.join(args.out, "train.jsonl"), "w") as f:
-            for _ in range(args.train):
-                f.write(json.dumps(g.example()) + "\n")
-        return
     for name, n, test in (("train", args.train, False), ("test", args.test, True)):
         g = Gen(random.Random(args.seed * 1000 + int(test)), test)
         with open(os.path.join(args.out, name + ".jsonl"), "w") as f:

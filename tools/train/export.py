@@ -10,7 +10,7 @@
    tensor (largest first) drops to 2, else 3 bits, when the held-out target loss rises by at
    most --loss-budget (relative) over the all-4-bit model and no exact call is lost.
 3. Writes the final container (FP16 norms and diagonals, the tokenizer blob as the last record).
-4. Checks: the engine's tokenizer agrees with sentencepiece on the eval prompts, and (--engine)
+4. Checks: the engine's tokenizer agrees with the trainer's (tokenizer.py) on the eval prompts, and (--engine)
    the engine's logits equal the dequantised PyTorch model's on a few prompts.
 Prints float / exported accuracy per kind and the parity figures.
 """
@@ -34,6 +34,7 @@ sys.path.insert(0, HERE)
 import cact  # noqa: E402
 import data  # noqa: E402
 import needle2  # noqa: E402
+import tokenizer  # noqa: E402
 import train  # noqa: E402
 
 
@@ -109,7 +110,7 @@ def choose_bits(model, g, deq, ex, budget):
 
 def engine_check(path, sp, model, prompts):
     """Largest |logit difference| engine vs dequantised PyTorch over prompts (last position
-    and 8 greedy decode steps), and whether the engine tokenizer agrees with sentencepiece."""
+    and 8 greedy decode steps), and whether the engine tokenizer agrees with the trainer's encoder."""
     sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
     os.environ.setdefault("NEEDLE_LIB", os.path.join(ROOT, "build", "libneedle.so"))
     import needle
@@ -226,8 +227,7 @@ def main():
     ap.add_argument("--heldout-n", type=int, default=200, help="examples in --heldout")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    import sentencepiece as spm
-    sp = spm.SentencePieceProcessor(model_file=os.path.join(args.data, "tok.model"))
+    sp = tokenizer.load(args.data)  # RefTokenizer over the blob, what training encoded with
     tok_blob = os.path.join(args.data, "tok.blob")
     tools_text = data.tools_json(json.load(open(data.TOOLS_PATH)))
     ex = train.Examples(os.path.join(args.data, "test.jsonl"), sp, tools_text, limit=args.eval_n)

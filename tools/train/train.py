@@ -27,6 +27,7 @@ sys.path.insert(0, HERE)
 
 import data  # noqa: E402
 import needle2  # noqa: E402
+import tokenizer  # noqa: E402
 
 TOOLS_END = 9  # </tools>: the shared prefix ends with it (tool-calling.md §3.2)
 TOOL_CALL = 10  # <tool_call>: the first target token (§3.4)
@@ -135,13 +136,12 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    import sentencepiece as spm
-    sp = spm.SentencePieceProcessor(model_file=os.path.join(args.data, "tok.model"))
+    sp = tokenizer.load(args.data)
     tools_text = data.tools_json(json.load(open(data.TOOLS_PATH)))
     train = Examples(args.train_file or os.path.join(args.data, "train.jsonl"), sp, tools_text)
     test = Examples(os.path.join(args.data, "test.jsonl"), sp, tools_text, limit=args.eval_n)
     P = len(train.prefix)
-    g = needle2.Geometry(**DEMO_GEOMETRY)
+    g = needle2.Geometry(**dict(DEMO_GEOMETRY, vocab_size=sp.get_piece_size()))
     model = needle2.Needle2(g)
     model.init_weights(args.seed)
     if args.init:  # continue from a checkpoint's weights (a fresh optimizer and schedule)
