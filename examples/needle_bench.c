@@ -217,7 +217,8 @@ int main(int argc, char **argv) {
     info.struct_size = sizeof info;
     needle_model_get_info(model, &info);
     if ((uint64_t)prompt_n + (uint64_t)decode_n > info.max_seq_len) {
-        fprintf(stderr, "needle-bench: %ld + %ld tokens exceed max_seq_len %u\n", prompt_n, decode_n, info.max_seq_len);
+        fprintf(stderr, "needle-bench: %ld + %ld tokens exceed max_seq_len %u (defaults 512 + 128: lower --prompt-tokens "
+                        "or --decode-tokens)\n", prompt_n, decode_n, info.max_seq_len);
         return 2;
     }
     uint32_t *prompt = malloc(sizeof(uint32_t) * (size_t)prompt_n);

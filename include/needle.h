@@ -251,7 +251,9 @@ typedef struct needle_state_params {
                              layout ended after kv_window (8 bytes) */
     int32_t kv_window; /* -1 (default): the model's window; 0: full causal attention over the
                           whole sequence (ring of max_seq_len positions, as upstream's reference
-                          runs with window 0); > 0: this window in tokens */
+                          runs with window 0; a Needle 3 model refuses 0 with
+                          NEEDLE_E_INVALID_ARGUMENT: its local layers need a window, use -1);
+                          > 0: this window in tokens */
     int32_t kv_type;   /* needle_kv_type; default NEEDLE_KV_F32. Added after the first layout:
                           a struct_size that ends before it means NEEDLE_KV_F32 */
     uint32_t max_tokens; /* positions the state can hold: 0 (default) = max_seq_len; else the KV
