@@ -166,3 +166,31 @@ TEST_CASE("chat validation: a struct without the field gets the default; bad val
     needle_chat_params_init(&d);
     CHECK(d.validation == NEEDLE_VALIDATION_OFF);
 }
+
+TEST_CASE("chat: a call carrying NaN or Infinity is withheld and the envelope stays strict JSON") {
+    // Python's json accepts NaN/Infinity in a schema, so an enum can force the grammar to emit
+    // one (found by fuzz_chat). The envelope must stay RFC 8259 JSON: the call is refused as a
+    // schema violation and shown in suppressed_calls with null in place of the number.
+    const std::string fail = R"({"type":"call","success":false,"error":"the call carries a NaN or infinite number, )"
+                             R"(which JSON cannot represent","error_code":"schema_violation","reason":"runtime_failure",)"
+                             R"("function_calls":[],"suppressed_calls":)";
+    for (const char *literal : {"NaN", "Infinity", "-Infinity"}) {
+        CAPTURE(literal);
+        const std::string tools = std::string(R"([{"name":"a","parameters":{"type":"object","properties":)") +
+                                  R"({"w":{"type":"number","enum":[)" + literal + R"(]}},"required":["w"]}}])";
+        for (int32_t mode : {NEEDLE_VALIDATION_OFF, NEEDLE_VALIDATION_SUPPRESS}) {
+            Chat c = make_chat(tiny(), tools.c_str(), with_validation(mode));
+            CHECK(masked(complete_text(c.get(), "Set it.", 64)) ==
+                  fail + R"([{"name":"a","arguments":{"w":null}}],)" + kFigures + "}");
+        }
+    }
+    // The writer itself: strict mode only changes non-finite numbers.
+    std::string out;
+    write_canonical(parse_json(R"([NaN,-Infinity,1.5,2,"NaN"])"), out, true);
+    CHECK(out == R"([null,null,1.5,2,"NaN"])");
+    out.clear();
+    write_canonical(parse_json(R"([NaN,-Infinity,1.5])"), out);
+    CHECK(out == "[NaN,-Infinity,1.5]");
+    CHECK(has_non_finite(parse_json(R"({"a":[1,{"b":Infinity}]})")));
+    CHECK_FALSE(has_non_finite(parse_json(R"({"a":[1,{"b":1e308}]})")));
+}

@@ -181,10 +181,15 @@ void Chat::finish_envelope(const TurnResult &r, Stop stop, Envelope &e) {
         return set_failure(e, opt_.grammar ? "internal" : "schema_violation",
                            std::string("the call payload is not valid JSON: ") + err.what());
     }
+    // The envelope is strict JSON (§7.1 [C]): a NaN or Infinity the payload carries (grammar off,
+    // or a schema whose enum/const holds one) cannot be handed over as a call; it is withheld
+    // with its non-finite numbers written as null.
     std::string canon;
-    write_canonical(calls, canon);
+    write_canonical(calls, canon, true);
     std::string bad = check_calls_shape(calls, grammar_tools_);
     if (bad.empty() && grammar_) bad = post_check(*grammar_, calls);
+    if (bad.empty() && has_non_finite(calls))
+        bad = "the call carries a NaN or infinite number, which JSON cannot represent";
     if (!bad.empty()) {
         set_failure(e, "schema_violation", bad);
         if (calls.kind == JsonValue::Kind::Array) e.suppressed_calls = canon;  // never dropped silently

@@ -478,7 +478,7 @@ void write_canonical_string(std::string_view s, std::string &out) {
     out += '"';
 }
 
-void write_canonical(const JsonValue &root, std::string &out) {
+void write_canonical(const JsonValue &root, std::string &out, bool strict_json) {
     // Explicit stack of (container, next child index): no recursion whatever the depth.
     std::vector<std::pair<const JsonValue *, size_t>> stack;
     const JsonValue *v = &root;
@@ -488,8 +488,10 @@ void write_canonical(const JsonValue &root, std::string &out) {
                 case JsonValue::Kind::Null: out += "null"; break;
                 case JsonValue::Kind::False: out += "false"; break;
                 case JsonValue::Kind::True: out += "true"; break;
-                case JsonValue::Kind::Int:
-                case JsonValue::Kind::Float: out += v->text; break;
+                case JsonValue::Kind::Int: out += v->text; break;
+                case JsonValue::Kind::Float:
+                    out += strict_json && !std::isfinite(v->number) ? "null" : v->text;
+                    break;
                 case JsonValue::Kind::String: write_canonical_string(v->text, out); break;
                 case JsonValue::Kind::Array: out += '['; stack.emplace_back(v, 0); break;
                 case JsonValue::Kind::Object: out += '{'; stack.emplace_back(v, 0); break;
@@ -515,6 +517,18 @@ void write_canonical(const JsonValue &root, std::string &out) {
         }
         ++k;
     }
+}
+
+bool has_non_finite(const JsonValue &root) {
+    std::vector<const JsonValue *> todo{&root};
+    while (!todo.empty()) {
+        const JsonValue *v = todo.back();
+        todo.pop_back();
+        if (v->kind == JsonValue::Kind::Float && !std::isfinite(v->number)) return true;
+        for (const JsonValue &item : v->items) todo.push_back(&item);
+        for (const auto &member : v->members) todo.push_back(&member.second);
+    }
+    return false;
 }
 
 }  // namespace chat

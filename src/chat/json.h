@@ -50,7 +50,12 @@ JsonValue parse_json(std::string_view utf8, const JsonLimits &limits = {});
 size_t count_array_items(std::string_view json);
 
 // Appends json.dumps(v, separators=(",", ":"), ensure_ascii=True) of v (§3.3). Iterative.
-void write_canonical(const JsonValue &v, std::string &out);
+// strict_json: write NaN / Infinity / -Infinity as null, so the text is RFC 8259 JSON (what the
+// envelope must be, §7.1 [C]); the prompt's tools block keeps Python's literals.
+void write_canonical(const JsonValue &v, std::string &out, bool strict_json = false);
+
+// Whether v holds a NaN or infinite number anywhere (iterative).
+bool has_non_finite(const JsonValue &v);
 
 // Appends the §3.3 JSON string literal (with quotes) of a decoded string. Bytes that are not
 // (generalized) UTF-8 are written as \ufffd.

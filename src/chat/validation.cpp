@@ -190,7 +190,7 @@ ValidationResult validate_calls(const JsonValue &calls, std::string_view user_te
                 if (walk.value(v, path, 1) && first_bad.empty()) first_bad = path;
             }
         std::string text;
-        write_canonical(call, text);
+        write_canonical(call, text, true);  // the caller refused non-finite numbers; strict anyway
         if (mode == ValidationMode::Suppress && !first_bad.empty() && !stated.any_cue) {
             text.pop_back();  // '}' of {"name":...,"arguments":...}
             text += ",\"reason\":";
