@@ -147,6 +147,7 @@ namespace Needle
         [DllImport(Lib)] public static extern void needle_batch_free(IntPtr batch);
 
         [DllImport(Lib)] public static extern int needle_state_decode(StateHandle state, uint token, [In, Out] float[] logits, UIntPtr logitsLen);
+        [DllImport(Lib)] public static extern int needle_decode_many(IntPtr[] states, uint[] tokens, UIntPtr n, IntPtr[] logits, UIntPtr logitsLen, BatchHandle scratch);
         [DllImport(Lib)] public static extern int needle_state_prefill(StateHandle state, IntPtr batch, uint[] tokens, UIntPtr nTokens, [In, Out] float[] logits, UIntPtr logitsLen);
 
         [DllImport(Lib)] public static extern int needle_model_tokenize(ModelHandle model, byte[] text, UIntPtr textLen, int addBos, [In, Out] uint[] tokens, UIntPtr capacity, out UIntPtr nTokens);
@@ -443,6 +444,47 @@ namespace Needle
         /// <summary>Feeds one token; `logits` (null = skip the LM head) receives the next-token logits.</summary>
         public void Decode(uint token, float[] logits) =>
             NativeMethods.Check(NativeMethods.needle_state_decode(Handle, token, logits, (UIntPtr)(logits?.Length ?? 0)));
+
+        /// <summary>One decode step of several states of one model together (needle_decode_many):
+        /// states[i] is fed tokens[i], every weight group is decoded once for all of them, and each
+        /// state gets the bits its own Decode would give. logits is null (skip the LM head) or one
+        /// array per state of at least VocabSize floats (the shortest length is passed). At most the
+        /// batch's capacity, each state once. Validated up front: an error changes no state.</summary>
+        public static void DecodeMany(State[] states, uint[] tokens, float[][] logits, Batch batch)
+        {
+            if (states == null || tokens == null || batch == null || tokens.Length != states.Length ||
+                (logits != null && logits.Length != states.Length))
+                throw new NeedleException(Status.InvalidArgument,
+                    "DecodeMany: give states, one token each, no or one logits array each, and a batch");
+            int n = states.Length, width = int.MaxValue;
+            var handles = new IntPtr[n];
+            var pins = new GCHandle[logits == null ? 0 : n];
+            var rows = logits == null ? null : new IntPtr[n];
+            var refs = new bool[n];
+            try
+            {
+                for (int i = 0; i < n; i++)
+                {
+                    if (states[i] == null) throw new NeedleException(Status.InvalidArgument, "DecodeMany: a null state");
+                    states[i].Handle.DangerousAddRef(ref refs[i]);  // alive while the C call runs
+                    handles[i] = states[i].Handle.DangerousGetHandle();
+                }
+                for (int i = 0; rows != null && i < n; i++)
+                {
+                    if (logits[i] == null) throw new NeedleException(Status.InvalidArgument, "DecodeMany: a null logits array");
+                    pins[i] = GCHandle.Alloc(logits[i], GCHandleType.Pinned);
+                    rows[i] = pins[i].AddrOfPinnedObject();
+                    width = Math.Min(width, logits[i].Length);
+                }
+                NativeMethods.Check(NativeMethods.needle_decode_many(handles, tokens, (UIntPtr)n, rows,
+                    (UIntPtr)(rows == null ? 0 : width), batch.Handle));
+            }
+            finally
+            {
+                foreach (var p in pins) if (p.IsAllocated) p.Free();
+                for (int i = 0; i < n; i++) if (refs[i]) states[i].Handle.DangerousRelease();
+            }
+        }
 
         /// <summary>Feeds one token and returns the next-token logits.</summary>
         public float[] Decode(uint token)

@@ -188,6 +188,32 @@ static class Tests
                 for (int i = 0; i < 1024; i++) Assert(last[i] == chunked[i], $"logit {i}");
             }
         }),
+        Case("decode_many equals decode", () =>
+        {
+            using (var m = Tiny())
+            using (var a = m.NewState()) using (var b = m.NewState())
+            using (var c = m.NewState()) using (var d = m.NewState())
+            using (var batch = m.NewBatch(4))
+            {
+                a.Decode(7, null);  // different positions
+                c.Decode(7, null);
+                for (uint step = 0; step < 3; step++)
+                {
+                    var la = new float[1024];
+                    var lb = new float[1024];
+                    State.DecodeMany(new[] { a, b }, new[] { 30 + step, 40 + step }, new[] { la, lb }, batch);
+                    var wa = c.Decode(30 + step);
+                    var wb = d.Decode(40 + step);
+                    for (int i = 0; i < 1024; i++) Assert(la[i] == wa[i] && lb[i] == wb[i], $"step {step} logit {i}");
+                }
+                Assert(a.Position == 4 && b.Position == 3, "positions");
+                Throws(Status.InvalidArgument, () => State.DecodeMany(new[] { a, b }, new uint[] { 1, 5000 }, null, batch));
+                Throws(Status.InvalidArgument, () => State.DecodeMany(new[] { a, a }, new uint[] { 1, 2 }, null, batch));
+                Throws(Status.InvalidArgument, () => State.DecodeMany(new[] { a, b }, new uint[] { 1 }, null, batch));
+                Throws(Status.BufferTooSmall, () => State.DecodeMany(new[] { a, b }, new uint[] { 1, 2 }, new[] { new float[10], new float[1024] }, batch));
+                Assert(a.Position == 4 && b.Position == 3, "no state moved");
+            }
+        }),
         Case("errors carry status and message", () =>
         {
             using (var m = Tiny())

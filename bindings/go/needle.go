@@ -419,6 +419,54 @@ func (s *State) DecodeLogits(token uint32) ([]float32, error) {
 	return logits, nil
 }
 
+// DecodeMany runs one decode step of several states of one model together (needle.h
+// needle_decode_many): states[i] is fed tokens[i], every weight group is decoded once for all of
+// them, and each state gets the bits its own Decode would give. logits is nil (skip the LM head)
+// or holds one slice per state, each of at least VocabSize floats. At most batch's capacity
+// states, each listed once. Validated up front: an error changes no state.
+func DecodeMany(states []*State, tokens []uint32, logits [][]float32, batch *Batch) error {
+	if len(tokens) != len(states) || (logits != nil && len(logits) != len(states)) {
+		return &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf(
+			"DecodeMany: %d states, %d tokens and %d logits slices (give one token each, and no or one slice each)",
+			len(states), len(tokens), len(logits))}
+	}
+	if len(states) == 0 || batch == nil || batch.ptr == nil {
+		return &Error{Status: ErrInvalidArgument, Message: "DecodeMany: no states, or a nil or closed batch"}
+	}
+	handles := make([]*C.needle_state, len(states))
+	for i, s := range states {
+		if s == nil || s.ptr == nil {
+			return closedError("state")
+		}
+		handles[i] = s.ptr
+	}
+	// One flat buffer of the shortest slice's length, copied out after the call.
+	var flat []float32
+	width := 0
+	if logits != nil {
+		width = len(logits[0])
+		for _, l := range logits {
+			if len(l) < width {
+				width = len(l)
+			}
+		}
+		flat = make([]float32, width*len(states))
+	}
+	fp, _ := floats(flat)
+	var eb errBuf
+	st := C.ngo_decode_many(&handles[0], (*C.uint32_t)(&tokens[0]), C.size_t(len(states)), fp, C.size_t(width),
+		batch.ptr, eb.ptr(), eb.size())
+	runtime.KeepAlive(states)
+	runtime.KeepAlive(batch)
+	if err := eb.check(st); err != nil {
+		return err
+	}
+	for i, l := range logits {
+		copy(l, flat[i*width:(i+1)*width])
+	}
+	return nil
+}
+
 // Prefill feeds tokens, in chunks through batch when not nil; logits (nil = skip) receives the
 // last position's logits.
 func (s *State) Prefill(tokens []uint32, batch *Batch, logits []float32) error {

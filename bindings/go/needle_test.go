@@ -148,6 +148,56 @@ func TestRawFFIEqualsSafeAPI(t *testing.T) {
 	}
 }
 
+func TestDecodeManyEqualsDecode(t *testing.T) {
+	m := tiny(t)
+	var st [4]*State
+	for i := range st {
+		s, err := m.NewState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st[i] = s
+		defer s.Close()
+	}
+	a, b, c, d := st[0], st[1], st[2], st[3]
+	batch, err := m.NewBatch(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Close()
+	if err := a.Decode(7, nil); err != nil { // different positions
+		t.Fatal(err)
+	}
+	if err := c.Decode(7, nil); err != nil {
+		t.Fatal(err)
+	}
+	for step := uint32(0); step < 3; step++ {
+		la, lb := make([]float32, 1024), make([]float32, 1024)
+		if err := DecodeMany([]*State{a, b}, []uint32{30 + step, 40 + step}, [][]float32{la, lb}, batch); err != nil {
+			t.Fatal(err)
+		}
+		wa, _ := c.DecodeLogits(30 + step)
+		wb, _ := d.DecodeLogits(40 + step)
+		for i := range la {
+			if la[i] != wa[i] || lb[i] != wb[i] {
+				t.Fatalf("step %d logit %d differs", step, i)
+			}
+		}
+	}
+	if a.Pos() != 4 || b.Pos() != 3 {
+		t.Fatalf("positions %d %d", a.Pos(), b.Pos())
+	}
+	// Refused up front: no state moves.
+	wantStatus(t, DecodeMany([]*State{a, b}, []uint32{1, 5000}, nil, batch), ErrInvalidArgument)
+	wantStatus(t, DecodeMany([]*State{a, a}, []uint32{1, 2}, nil, batch), ErrInvalidArgument)
+	wantStatus(t, DecodeMany([]*State{a, b}, []uint32{1}, nil, batch), ErrInvalidArgument)
+	wantStatus(t, DecodeMany([]*State{a, b}, []uint32{1, 2}, [][]float32{make([]float32, 10), make([]float32, 1024)}, batch),
+		ErrBufferTooSmall)
+	if a.Pos() != 4 || b.Pos() != 3 {
+		t.Fatalf("positions moved: %d %d", a.Pos(), b.Pos())
+	}
+}
+
 func TestBatchedPrefillEqualsDecode(t *testing.T) {
 	m := tiny(t)
 	ids, _ := m.Tokenize("hello there, general", true)

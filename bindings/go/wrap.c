@@ -1,6 +1,7 @@
 #include "wrap.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "_cgo_export.h" /* needleGoToken */
 
@@ -77,6 +78,25 @@ needle_status ngo_decode(needle_state *s, uint32_t token, float *logits, size_t 
 needle_status ngo_prefill(needle_state *s, needle_batch *b, const uint32_t *tokens, size_t n_tokens,
                           float *logits, size_t n, char *err, size_t cap) {
     return keep(needle_state_prefill(s, b, tokens, n_tokens, logits, n), err, cap);
+}
+
+needle_status ngo_decode_many(needle_state **states, const uint32_t *tokens, size_t n, float *flat,
+                              size_t logits_len, needle_batch *b, char *err, size_t cap) {
+    float **rows = NULL;
+    if (flat && n) {
+        /* n is the caller's slice length; needle_decode_many refuses more than the batch holds,
+         * so check the product before allocating from it. */
+        if (n > ((size_t)-1) / sizeof *rows) return keep(needle_decode_many(states, tokens, n, NULL, 0, b), err, cap);
+        rows = (float **)malloc(n * sizeof *rows);
+        if (!rows) {
+            if (err && cap) snprintf(err, cap, "decode_many: no memory for %zu logits pointers", n);
+            return NEEDLE_E_NO_MEMORY;
+        }
+        for (size_t i = 0; i < n; ++i) rows[i] = flat + i * logits_len;
+    }
+    needle_status st = needle_decode_many(states, tokens, n, rows, rows ? logits_len : 0, b);
+    free(rows);
+    return keep(st, err, cap);
 }
 
 needle_status ngo_state_confidence(const needle_state *s, float *p, char *err, size_t cap) {

@@ -20,6 +20,10 @@ needle_status ngo_decode(needle_state *s, uint32_t token, float *logits, size_t 
                          size_t cap);
 needle_status ngo_prefill(needle_state *s, needle_batch *b, const uint32_t *tokens, size_t n_tokens,
                           float *logits, size_t n, char *err, size_t cap);
+/* needle_decode_many with the logits as one flat buffer of n rows of logits_len floats (Go may
+ * not hand C an array of Go pointers); flat NULL skips the LM head. */
+needle_status ngo_decode_many(needle_state **states, const uint32_t *tokens, size_t n, float *flat,
+                              size_t logits_len, needle_batch *b, char *err, size_t cap);
 needle_status ngo_tokenize(const needle_model *m, const char *text, size_t len, int add_bos,
                            uint32_t *tokens, size_t capacity, size_t *n_tokens, char *err, size_t cap);
 needle_status ngo_detokenize(const needle_model *m, const uint32_t *tokens, size_t n_tokens,

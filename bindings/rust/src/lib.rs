@@ -152,6 +152,38 @@ fn out_buf(buf: &mut [f32]) -> (*mut f32, usize) {
     }
 }
 
+/// One decode step of several states of one model together (needle.h `needle_decode_many`):
+/// `states[i]` is fed `tokens[i]`; each weight group is decoded once for all of them, and each
+/// state gets the bits its own [`State::decode`] would give. `logits` is empty (skip the LM
+/// head) or holds one buffer per state, all of one length (>= out_vocab floats). At most
+/// `batch.capacity()` states. Validated up front: an error changes no state.
+pub fn decode_many(states: &mut [&mut State], tokens: &[u32], logits: &mut [&mut [f32]], batch: &mut Batch) -> Result<()> {
+    if tokens.len() != states.len() || (!logits.is_empty() && logits.len() != states.len()) {
+        return Err(Error {
+            status: Status::InvalidArgument,
+            message: format!(
+                "decode_many: {} states, {} tokens and {} logits buffers (give one token each, and no or one buffer each)",
+                states.len(),
+                tokens.len(),
+                logits.len()
+            ),
+        });
+    }
+    let len = logits.first().map_or(0, |l| l.len());
+    if logits.iter().any(|l| l.len() != len) {
+        return Err(Error {
+            status: Status::InvalidArgument,
+            message: "decode_many: the logits buffers differ in length".to_string(),
+        });
+    }
+    let handles: Vec<*mut sys::needle_state> = states.iter().map(|s| s.as_ptr()).collect();
+    let outs: Vec<*mut f32> = logits.iter_mut().map(|l| l.as_mut_ptr()).collect();
+    let out_ptr = if len == 0 { ptr::null() } else { outs.as_ptr() };
+    check(unsafe {
+        sys::needle_decode_many(handles.as_ptr(), tokens.as_ptr(), handles.len(), out_ptr, len, batch.as_ptr())
+    })
+}
+
 // ------------------------------------------------------------------ model
 
 /// Load options (`needle_model_params`).

@@ -166,6 +166,14 @@ extern "C" {
         logits: *mut f32,
         logits_len: usize,
     ) -> needle_status;
+    pub fn needle_decode_many(
+        states: *const *mut needle_state,
+        tokens: *const u32,
+        n: usize,
+        logits: *const *mut f32,
+        logits_len: usize,
+        scratch: *mut needle_batch,
+    ) -> needle_status;
     pub fn needle_state_prefill(
         state: *mut needle_state,
         batch: *mut needle_batch,

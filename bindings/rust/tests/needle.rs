@@ -1,6 +1,6 @@
 //! Integration tests against the tiny fixture model
 //! ($NEEDLE_FIXTURES, else ../shared/fixtures relative to the repository root).
-use needle::{sys, Batch, GenerateParams, Model, State, Status, StopReason};
+use needle::{decode_many, sys, Batch, GenerateParams, Model, State, Status, StopReason};
 use std::path::PathBuf;
 
 const BOS: u32 = 2;
@@ -107,6 +107,33 @@ fn batched_prefill_equals_decode() {
     b.prefill(&ids, Some(&mut batch), &mut chunked).unwrap();
     assert_eq!(a.pos(), b.pos());
     assert_eq!(last, chunked);
+}
+
+#[test]
+fn decode_many_equals_decode() {
+    let m = tiny();
+    let (mut a, mut b) = (State::new(&m).unwrap(), State::new(&m).unwrap());
+    let (mut c, mut d) = (State::new(&m).unwrap(), State::new(&m).unwrap());
+    a.decode(7, &mut []).unwrap(); // different positions
+    c.decode(7, &mut []).unwrap();
+    let mut batch = Batch::new(&m, 4).unwrap();
+    for step in 0..3u32 {
+        let (mut la, mut lb) = (vec![0f32; 1024], vec![0f32; 1024]);
+        decode_many(&mut [&mut a, &mut b], &[30 + step, 40 + step], &mut [&mut la, &mut lb], &mut batch).unwrap();
+        assert_eq!(la, c.decode_logits(30 + step).unwrap());
+        assert_eq!(lb, d.decode_logits(40 + step).unwrap());
+    }
+    assert_eq!((a.pos(), b.pos()), (4, 3));
+    // A bad token is refused up front: no state moves.
+    let e = decode_many(&mut [&mut a, &mut b], &[1, 5000], &mut [], &mut batch).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert_eq!((a.pos(), b.pos()), (4, 3));
+    let e = decode_many(&mut [&mut a, &mut b], &[1], &mut [], &mut batch).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    let mut short = [0f32; 10];
+    let mut other = [0f32; 10];
+    let e = decode_many(&mut [&mut a, &mut b], &[1, 2], &mut [&mut short, &mut other], &mut batch).unwrap_err();
+    assert_eq!(e.status, Status::BufferTooSmall);
 }
 
 #[test]
