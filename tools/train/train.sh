@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the demo model from nothing with fixed seeds: data, tokenizer, training, export
-# (issue 10 item 7); not run in CI. Training is CPU-bound at ~0.86 s per batch-32 step on one
-# thread of the 2-core EPYC at nice -5 (other work at nice 10): the default 3400 steps are
-# ~50 minutes, the whole script ~55.
+# (issue 10 item 7); not run in CI. Training is CPU-bound at ~0.91 s per batch-32 step on one
+# thread of the 2-core EPYC at nice -5 (other work at nice 10): the default 3400 steps were
+# 54.8 minutes with the evaluations, the whole script ~58.
 #
 #   tools/train/train.sh                # everything into build/train/
 #   STEPS=300 STOP=300 tools/train/train.sh   # a short smoke run
