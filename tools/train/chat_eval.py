@@ -27,17 +27,36 @@ import export  # noqa: E402  (schema_valid)
 import needle  # noqa: E402
 
 
+def timer_groups(r):
+    """Breakdown of single-timer queries: with a label or not; with a number value that no
+    training query has (compose.py's held-out values, a superset of data.py's) or not."""
+    if r["kind"] != "set_timer":
+        return []
+    import compose
+    held = {str(v) for v in compose.HELD_MIN | compose.HELD_SEC | compose.HELD_HOURS}
+    held |= {compose.number_words(int(v)) for v in held}
+    q = " " + r["query"].lower().replace(",", " ").replace(".", " ") + " "
+    value = "held-out value" if any(" %s " % h in q for h in held) else "training value"
+    label = "labelled" if "label" in r["calls"][0]["arguments"] else "no label"
+    return [value, label]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--test-file", default="",
+                    help="held-out examples (default DATA/test.jsonl; DATA/old/test.jsonl is "
+                         "the previous model's held-out file, written by data.py)")
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--show", nargs="*", default=[])
+    ap.add_argument("--failures", default="", help="write the wrong answers here (JSON lines)")
     args = ap.parse_args()
     tools = json.load(open(data.TOOLS_PATH))
-    rows = [json.loads(line) for line in open(os.path.join(args.data, "test.jsonl"))][:args.n]
-    per_kind, failed, invalid = {}, 0, 0
+    rows = [json.loads(line) for line in open(args.test_file or
+                                                 os.path.join(args.data, "test.jsonl"))][:args.n]
+    per_kind, failed, invalid, groups, wrong = {}, 0, 0, {}, []
     t0 = time.time()
     with needle.Model(args.model) as m:
         chat = needle.Chat(m, tools=open(data.TOOLS_PATH).read())
@@ -54,6 +73,10 @@ def main():
             invalid += not export.schema_valid(calls, tools)
             ok = env["success"] and calls == r["calls"]
             per_kind.setdefault(r["kind"], []).append(ok)
+            for grp in timer_groups(r):
+                groups.setdefault(grp, []).append(ok)
+            if not ok:
+                wrong.append({"query": r["query"], "want": r["calls"], "got": calls})
         dt = time.time() - t0
         acc = {k: (sum(v), len(v)) for k, v in sorted(per_kind.items())}
         tool = [x for k, v in per_kind.items() if k != "off_topic" for x in v]
@@ -64,6 +87,12 @@ def main():
         print("  tool queries exact %.3f; off-topic [] %.3f; failed turns %d; schema-invalid %d" %
               (sum(tool) / max(len(tool), 1),
                acc.get("off_topic", (0, 1))[0] / acc.get("off_topic", (0, 1))[1], failed, invalid))
+        for grp, v in sorted(groups.items()):
+            print("  timers %-28s %3d/%3d  %.3f" % (grp, sum(v), len(v), sum(v) / len(v)))
+        if args.failures:
+            with open(args.failures, "w") as f:
+                for w in wrong:
+                    f.write(json.dumps(w) + "\n")
         for q in args.show:
             chat.reset()
             env = chat.complete(q, args.max_new)

@@ -610,15 +610,41 @@ def main():
     ap.add_argument("--train", type=int, default=40000)
     ap.add_argument("--test", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--gen", default="compose", choices=["compose", "v2"],
+                    help="compose: the compositional generator (compose.py); v2: this file's "
+                         "templates (the second demo model's data)")
+    ap.add_argument("--old-heldout", default=os.path.join(ROOT, "models", "needle-demo.heldout-v2.json"),
+                    help="a previous held-out file: written to OUT/old/test.jsonl as a second "
+                         "yardstick and checked against the training set")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     tools = json.load(open(TOOLS_PATH))
     tt = tools_json(tools)
     for name, n, test in (("train", args.train, False), ("test", args.test, True)):
-        g = Gen(random.Random(args.seed * 1000 + int(test)), test)
+        rng = random.Random(args.seed * 1000 + int(test))
+        if args.gen == "compose":
+            import compose
+            g = compose.ComposeGen(rng, test)
+        else:
+            g = Gen(rng, test)
+        rows = [g.example() for _ in range(n)]
         with open(os.path.join(args.out, name + ".jsonl"), "w") as f:
-            for _ in range(n):
-                f.write(json.dumps(g.example()) + "\n")
+            for x in rows:
+                f.write(json.dumps(x) + "\n")
+        if not test:
+            train_rows = rows
+        print("%s: %d examples, %d distinct queries" % (name, n, len({x["query"] for x in rows})))
+    if args.old_heldout and os.path.exists(args.old_heldout):
+        import compose
+        old = json.load(open(args.old_heldout))["examples"]
+        os.makedirs(os.path.join(args.out, "old"), exist_ok=True)
+        with open(os.path.join(args.out, "old", "test.jsonl"), "w") as f:
+            for x in old:
+                f.write(json.dumps(x) + "\n")
+        same, hits = compose.check_contamination(train_rows, [x["query"] for x in old])
+        print("old held-out (%s): %d training queries equal one of its %d; training queries "
+              "matching its held-out templates: %s" % (args.old_heldout, same, len(old),
+                                                        json.dumps(hits) if hits else "none"))
     # Tokenizer corpus: rendered training examples (prompt + target), one per line pair.
     with open(os.path.join(args.out, "train.jsonl")) as f, \
             open(os.path.join(args.out, "corpus.txt"), "w") as out:
