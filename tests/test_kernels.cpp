@@ -203,6 +203,47 @@ TEST_CASE("kernels: rms_unit, zcrms and rope match scalar (also in place)") {
         }
 }
 
+TEST_CASE("kernels: sinkhorn (doubly stochastic) and silu match scalar (also in place)") {
+    std::mt19937 rng(5);
+    std::vector<const KernelTable *> all = vector_tables();
+    all.push_back(&ref());
+    for (const KernelTable *k : all) {
+        for (const uint32_t n : {1u, 2u, 3u, 4u, 5u, 8u, 17u, 64u}) {
+            INFO(k->isa << " sinkhorn n " << n);
+            const std::vector<float> m0 = randn(rng, size_t(n) * n, 2.0f);
+            std::vector<float> a = m0, b = m0;
+            k->sinkhorn(a.data(), n);
+            ref().sinkhorn(b.data(), n);
+            CHECK(rel_err(a.data(), b.data(), a.size()) < kTol);
+            // The last half-round normalises the columns (sums 1 up to rounding); the rows have
+            // converged to within 1e-2 after 20 rounds on these inputs (3 x 3 is the slowest).
+            for (uint32_t i = 0; i < n; ++i) {
+                double row = 0.0, col = 0.0;
+                for (uint32_t j = 0; j < n; ++j) row += a[i * n + j], col += a[j * n + i];
+                CHECK(std::fabs(col - 1.0) < 1e-5);
+                CHECK(std::fabs(row - 1.0) < 2e-2);
+            }
+        }
+        for (const uint32_t n : {1u, 3u, 7u, 8u, 9u, 16u, 17u, 63u, 100u, 1024u}) {
+            INFO(k->isa << " silu n " << n);
+            std::vector<float> x = randn(rng, n, 4.0f);
+            x[0] = 0.0f;
+            if (n > 2) x[1] = 30.0f, x[2] = -30.0f;
+            std::vector<float> a(n), b(n);
+            k->silu(x.data(), n, a.data());
+            ref().silu(x.data(), n, b.data());
+            CHECK(rel_err(a.data(), b.data(), n) < kTol);
+            CHECK(a[0] == 0.0f);
+            if (n > 2) {
+                CHECK(std::fabs(a[1] - 30.0f) < 1e-5f);
+                CHECK(std::fabs(a[2]) < 1e-10f);
+            }
+            k->silu(x.data(), n, x.data());
+            CHECK(std::memcmp(x.data(), a.data(), sizeof(float) * n) == 0);
+        }
+    }
+}
+
 TEST_CASE("kernels: attention_head (f32 and int8 rings, wrapped) matches scalar") {
     std::mt19937 rng(4);
     std::uniform_int_distribution<int> i8(-127, 127);

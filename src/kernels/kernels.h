@@ -95,6 +95,14 @@ void attention_head(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t
 // whichever kernels wrote it.
 void quantize_i8(const float *x, uint32_t n, int8_t *q, float *scale);
 
+// Log-domain Sinkhorn on m[n][n], n <= 64 (model-v2.md §2.2 = model-v3.md §2.3): 20 rounds of
+// row then column log-sum-exp subtraction, then exp. One matrix per call (a position's mHC
+// routing), so a position gets the same bits in a decode step and in a prefill chunk.
+void sinkhorn(float *m, uint32_t n);
+
+// y[i] = x[i] * sigmoid(x[i]) for i < n (SiLU, model-v2.md §2); y may alias x.
+void silu(const float *x, uint32_t n, float *y);
+
 inline float sigmoid(float z);
 
 // Name of the kernel instruction set in use: "avx512", "avx2", "sse4_2", "neon" or "scalar".

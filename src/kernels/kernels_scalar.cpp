@@ -161,9 +161,36 @@ void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int
     attention_rows(q, k, v, lo, hi, scores, out);
 }
 
+// Log-sum-exp of n values with stride (model-v2.md §2).
+float lse(const float *v, uint32_t n, uint32_t stride) {
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, v[i * stride]);
+    float s = 0.0f;
+    for (uint32_t i = 0; i < n; ++i) s += std::exp(v[i * stride] - mx);
+    return mx + std::log(s);
+}
+
+void sinkhorn(float *m, uint32_t n) {
+    for (int it = 0; it < 20; ++it) {
+        for (uint32_t i = 0; i < n; ++i) {
+            const float r = lse(m + i * n, n, 1);
+            for (uint32_t j = 0; j < n; ++j) m[i * n + j] -= r;
+        }
+        for (uint32_t j = 0; j < n; ++j) {
+            const float c = lse(m + j, n, n);
+            for (uint32_t i = 0; i < n; ++i) m[i * n + j] -= c;
+        }
+    }
+    for (uint32_t i = 0; i < n * n; ++i) m[i] = std::exp(m[i]);
+}
+
+void silu(const float *x, uint32_t n, float *y) {
+    for (uint32_t i = 0; i < n; ++i) y[i] = x[i] * (1.0f / (1.0f + std::exp(-x[i])));
+}
+
 const KernelTable &table() {
     static const KernelTable t{"scalar", cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
-                               rms_unit, zcrms, rope, attention_head, attention_head_i8, 0,
+                               rms_unit, zcrms, rope, attention_head, attention_head_i8, sinkhorn, silu, 0,
                                nullptr, cq_fast_quantize, cq_matmul_fast};
     return t;
 }

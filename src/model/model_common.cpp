@@ -104,17 +104,6 @@ void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk
         std::memcpy(ring + size_t((p0 + i) % ring_rows) * d, chunk + i * chunk_stride, sizeof(float) * d);
 }
 
-namespace {
-// Log-sum-exp of n values with stride (model-v2.md §2).
-float lse(const float *v, uint32_t n, uint32_t stride) {
-    float mx = -INFINITY;
-    for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, v[i * stride]);
-    float s = 0.0f;
-    for (uint32_t i = 0; i < n; ++i) s += std::exp(v[i * stride] - mx);
-    return mx + std::log(s);
-}
-}  // namespace
-
 void mhc_scatter(float a_post, const float *b_post, float a_res, const float *b_res, const float *p_post,
                  const float *p_res, uint32_t active, const float *y, uint32_t N, uint32_t D, float *X,
                  float *Xs) {
@@ -133,20 +122,6 @@ void mhc_scatter(float a_post, const float *b_post, float a_res, const float *b_
             for (uint32_t c = 0; c < D; ++c) dst[c] += R[k * N + j] * Xs[size_t(j) * D + c];
         for (uint32_t c = 0; c < D; ++c) dst[c] += hp[k] * y[c];
     }
-}
-
-void sinkhorn(float *m, uint32_t n) {
-    for (int it = 0; it < 20; ++it) {
-        for (uint32_t i = 0; i < n; ++i) {
-            const float r = lse(m + i * n, n, 1);
-            for (uint32_t j = 0; j < n; ++j) m[i * n + j] -= r;
-        }
-        for (uint32_t j = 0; j < n; ++j) {
-            const float c = lse(m + j, n, n);
-            for (uint32_t i = 0; i < n; ++i) m[i * n + j] -= c;
-        }
-    }
-    for (uint32_t i = 0; i < n * n; ++i) m[i] = std::exp(m[i]);
 }
 
 }  // namespace needle

@@ -1,6 +1,6 @@
 // Pieces shared by the Needle 2 and Needle 3 forward passes: the load-time float arena, CQ
 // matrix binding with its level tables, float-record conversion, per-position parallel loops,
-// log-domain Sinkhorn (model-v2.md §2.2 = model-v3.md §2.3) and SiLU.
+// and the mHC scatter-up (its Sinkhorn is a kernel, kernels.h).
 #pragma once
 
 #include <cmath>
@@ -16,8 +16,6 @@ namespace needle {
 class FileBytes;
 
 inline uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
-
-inline float silu(float z) { return z * sigmoid(z); }
 
 // Cells of a vector sized before anything is converted, handed out in order.
 class Arena {
@@ -95,8 +93,5 @@ void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk
 void mhc_scatter(float a_post, const float *b_post, float a_res, const float *b_res, const float *p_post,
                  const float *p_res, uint32_t active, const float *y, uint32_t N, uint32_t D, float *X,
                  float *Xs);
-
-// Log-domain Sinkhorn on m[n][n]: 20 rounds of row then column log-sum-exp, then exp.
-void sinkhorn(float *m, uint32_t n);
 
 }  // namespace needle

@@ -578,7 +578,8 @@ void Needle2Model::block_tail(Work &w, uint32_t l, uint32_t i) const {
     std::fill(z + D, z + g.Nh, 0.0f);
     for (uint32_t c = 0; c < g.Nh; ++c) z[c] *= ly.d1[c];
     fwht(z, g.Nh);
-    for (uint32_t c = 0; c < g.Nh; ++c) z[c] = silu(ly.d2[c] * z[c]);
+    for (uint32_t c = 0; c < g.Nh; ++c) z[c] *= ly.d2[c];
+    silu(z, g.Nh, z);
     fwht(z, g.Nh);
     for (uint32_t c = 0; c < D; ++c) y[c] = (bx[c] + ly.d3[c] * z[c]) - u[c];
     // 5.7 post-routing, 5.8 residual mixing, 5.9 lane update from a snapshot of the lanes

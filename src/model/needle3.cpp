@@ -700,7 +700,8 @@ void Needle3Model::block_tail(Work &w, uint32_t li, uint32_t i) const {
     for (uint32_t c = 0; c < hn; ++c) z[c] = c < D ? t[c] * ly.d1[c] : 0.0f;
     kron(z, ly.w1a, ly.w1b, g.ba, g.bb, t1, t2);
     for (uint32_t c = 0; c < hn; ++c) z[c] = t2[p1_[c]];
-    for (uint32_t c = 0; c < hn; ++c) z[c] = silu(ly.d2[c] * cv[c] * z[c] + ly.b2[c]);
+    for (uint32_t c = 0; c < hn; ++c) z[c] = ly.d2[c] * cv[c] * z[c] + ly.b2[c];
+    silu(z, hn, z);
     kron(z, ly.w2a, ly.w2b, g.ba, g.bb, t1, t2);
     for (uint32_t c = 0; c < hn; ++c) z[c] = ly.d3[c] * t2[p2_[c]];
     kron(z, ly.w3a, ly.w3b, g.ba, g.bb, t1, t2);

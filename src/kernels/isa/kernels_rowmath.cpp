@@ -1,0 +1,114 @@
+// Per-position element-wise kernels of one ISA: the mHC Sinkhorn, SiLU and the Needle 2 probe
+// pooling. Compiled once per ISA like kernels_simd.cpp (same NEEDLE_ISA_NS / NEEDLE_XSIMD_ARCH,
+// same flags; its table() takes these entries). They do the scalar reference's arithmetic in
+// its order; what differs is where the reference calls libm: xsimd's exp and log here (a few
+// ulp from libm). Every call handles one position (Sinkhorn, SiLU) or runs the positions in
+// order (pooling), so a position gives the same bits in a decode step and in a prefill chunk.
+#include <cmath>
+#include <cstring>
+
+#include <xsimd/xsimd.hpp>
+
+#if defined(__SSE4_1__)
+#include <immintrin.h>
+#endif
+#if defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
+
+#include "kernels/kernel_table.h"
+
+namespace needle {
+namespace NEEDLE_ISA_NS {
+namespace {
+
+using Arch = NEEDLE_XSIMD_ARCH;
+using Vec = xsimd::batch<float, Arch>;
+using DVec = xsimd::batch<double, Arch>;
+constexpr uint32_t W = uint32_t(Vec::size);
+constexpr uint32_t WD = uint32_t(DVec::size);
+
+// x[0..n) := exp(x) (n rounded up to W: the caller's buffer has room for the lanes past n).
+inline void exp_in_place(float *x, uint32_t n) {
+    for (uint32_t i = 0; i < n; i += W) xsimd::exp(Vec::load_aligned(x + i)).store_aligned(x + i);
+}
+inline void log_in_place(float *x, uint32_t n) {
+    for (uint32_t i = 0; i < n; i += W) xsimd::log(Vec::load_aligned(x + i)).store_aligned(x + i);
+}
+
+// WD floats at p as doubles (exact). xsimd 8.1 has no widening load: one intrinsic per ISA.
+inline DVec load_wide(const float *p) {
+#if defined(__AVX512F__)
+    return DVec(_mm512_cvtps_pd(_mm256_loadu_ps(p)));
+#elif defined(__AVX__)
+    return DVec(_mm256_cvtps_pd(_mm_loadu_ps(p)));
+#elif defined(__SSE2__)
+    return DVec(_mm_cvtps_pd(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double *>(p)))));
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+    return DVec(vcvt_f64_f32(vld1_f32(p)));
+#else
+    alignas(64) double t[WD];
+    for (uint32_t i = 0; i < WD; ++i) t[i] = double(p[i]);
+    return DVec::load_aligned(t);
+#endif
+}
+
+}  // namespace
+
+// Log-domain Sinkhorn (kernels.h sinkhorn; the scalar table's is the reference): per half-round
+// the maxima, differences, sums and subtractions of the reference in its order, the n*n exps
+// and the n logs as vectors from a padded copy.
+void sinkhorn(float *m, uint32_t n) {
+    constexpr uint32_t kMax = 64;
+    alignas(64) float t[kMax * kMax + 16], mx[kMax + 16], ls[kMax + 16];
+    const uint32_t nn = n * n;
+    // Lanes past the matrix (past the n sums) hold 0 (1): finite exps and logs, never read.
+    for (uint32_t i = nn; i % W; ++i) t[i] = 0.0f;
+    for (uint32_t i = n; i % W; ++i) ls[i] = 1.0f;
+    for (int it = 0; it < 20; ++it) {
+        for (int pass = 0; pass < 2; ++pass) {
+            // pass 0: rows (element j of vector i at i*n + j); pass 1: columns (at j*n + i).
+            const uint32_t si = pass == 0 ? n : 1, sj = pass == 0 ? 1 : n;
+            for (uint32_t i = 0; i < n; ++i) {
+                float v = -INFINITY;
+                for (uint32_t j = 0; j < n; ++j) v = std::max(v, m[i * si + j * sj]);
+                mx[i] = v;
+                for (uint32_t j = 0; j < n; ++j) t[i * n + j] = m[i * si + j * sj] - v;
+            }
+            exp_in_place(t, nn);
+            for (uint32_t i = 0; i < n; ++i) {
+                float s = 0.0f;
+                for (uint32_t j = 0; j < n; ++j) s += t[i * n + j];
+                ls[i] = s;
+            }
+            log_in_place(ls, n);
+            for (uint32_t i = 0; i < n; ++i) {
+                const float r = mx[i] + ls[i];
+                for (uint32_t j = 0; j < n; ++j) m[i * si + j * sj] -= r;
+            }
+        }
+    }
+    std::memcpy(t, m, sizeof(float) * nn);
+    exp_in_place(t, nn);
+    std::memcpy(m, t, sizeof(float) * nn);
+}
+
+// y = x * (1 / (1 + exp(-x))) (kernels.h silu); y may alias x.
+void silu(const float *x, uint32_t n, float *y) {
+    const Vec one(1.0f);
+    uint32_t i = 0;
+    for (; i + W <= n; i += W) {
+        const Vec v = Vec::load_unaligned(x + i);
+        (v * (one / (one + xsimd::exp(-v)))).store_unaligned(y + i);
+    }
+    if (i < n) {
+        alignas(64) float t[W] = {};
+        std::memcpy(t, x + i, sizeof(float) * (n - i));
+        const Vec v = Vec::load_aligned(t);
+        (v * (one / (one + xsimd::exp(-v)))).store_aligned(t);
+        std::memcpy(y + i, t, sizeof(float) * (n - i));
+    }
+}
+
+}  // namespace NEEDLE_ISA_NS
+}  // namespace needle
