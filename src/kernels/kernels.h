@@ -103,6 +103,14 @@ void sinkhorn(float *m, uint32_t n);
 // y[i] = x[i] * sigmoid(x[i]) for i < n (SiLU, model-v2.md §2); y may alias x.
 void silu(const float *x, uint32_t n, float *y);
 
+// One probe's online softmax pooling of n cells in position order (model-v2.md §7.2, in
+// double): cell i is cells + i*cell_stride (D floats), skipped when tokens[i] == 0 (PAD);
+// z = dot(cell, q) * inv_sqrt_d; a = [running max, denominator, D weighted sums] is rescaled on a
+// new maximum and accumulated. Every ISA gives the scalar reference's bits (its dot order, no
+// fused multiply-add), so do one call over n cells and n calls over one; exps are libm's.
+void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
+                uint32_t D, double inv_sqrt_d, double *a);
+
 inline float sigmoid(float z);
 
 // Name of the kernel instruction set in use: "avx512", "avx2", "sse4_2", "neon" or "scalar".

@@ -110,5 +110,81 @@ void silu(const float *x, uint32_t n, float *y) {
     }
 }
 
+namespace {
+
+// Σ a[d] * b[d] in double over 8 interleaved partial sums, part[d % 8], reduced as
+// ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)): the reference's order (the float products
+// are exact in double, so no rounding depends on how they are formed).
+inline double dot_double(const float *a, const float *b, uint32_t n) {
+    constexpr uint32_t K = 8 / WD;
+    DVec acc[K];
+    for (uint32_t k = 0; k < K; ++k) acc[k] = DVec(0.0);
+    uint32_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (uint32_t k = 0; k < K; ++k) acc[k] = acc[k] + load_wide(a + d + k * WD) * load_wide(b + d + k * WD);
+    alignas(64) double part[8];
+    for (uint32_t k = 0; k < K; ++k) acc[k].store_aligned(part + k * WD);
+    for (; d < n; ++d) part[d % 8] += double(a[d]) * double(b[d]);
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// acc[0 .. U*WD) over the k kept cells in order: times rv[j] on a rescale (rv[j] == 1.0 is a
+// no-op either way), plus ev[j] * cell. U independent accumulators hide the add latency.
+template <uint32_t U>
+inline void weighted_sums(double *acc, const float *cells, size_t stride, const uint32_t *at, const double *rv,
+                          const double *ev, uint32_t k) {
+    DVec s[U];
+    for (uint32_t u = 0; u < U; ++u) s[u] = DVec::load_unaligned(acc + u * WD);
+    for (uint32_t j = 0; j < k; ++j) {
+        const float *c = cells + size_t(at[j]) * stride;
+        if (rv[j] != 1.0) {
+            const DVec r(rv[j]);
+            for (uint32_t u = 0; u < U; ++u) s[u] = s[u] * r;
+        }
+        const DVec e(ev[j]);
+        for (uint32_t u = 0; u < U; ++u) s[u] = s[u] + e * load_wide(c + u * WD);
+    }
+    for (uint32_t u = 0; u < U; ++u) s[u].store_unaligned(acc + u * WD);
+}
+
+}  // namespace
+
+// One probe's running softmax pooling over n cells (kernels.h pool_probe). Positions go
+// in blocks of up to 64: first the scores and the scalar running max / denominator in order
+// (the reference's steps), then the weighted sums with WD accumulators in registers across the
+// block's positions, each rescaled and added to in position order as the reference does.
+void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
+                uint32_t D, double inv_sqrt_d, double *a) {
+    constexpr uint32_t kBlock = 64;
+    double ev[kBlock], rv[kBlock];
+    uint32_t at[kBlock];
+    for (uint32_t i0 = 0; i0 < n; i0 += kBlock) {
+        const uint32_t nb = n - i0 < kBlock ? n - i0 : kBlock;
+        uint32_t k = 0;
+        for (uint32_t i = i0; i < i0 + nb; ++i) {
+            if (tokens[i] == 0) continue;  // PAD cells are excluded from the pool
+            const double z = dot_double(cells + size_t(i) * cell_stride, q, D) * inv_sqrt_d;
+            rv[k] = 1.0;  // no rescale
+            if (z > a[0]) {
+                rv[k] = std::exp(a[0] - z);
+                a[1] *= rv[k];
+                a[0] = z;
+            }
+            ev[k] = std::exp(z - a[0]);
+            a[1] += ev[k];
+            at[k++] = i;
+        }
+        double *acc = a + 2;
+        uint32_t d = 0;
+        for (; d + 4 * WD <= D; d += 4 * WD) weighted_sums<4>(acc + d, cells + d, cell_stride, at, rv, ev, k);
+        for (; d + WD <= D; d += WD) weighted_sums<1>(acc + d, cells + d, cell_stride, at, rv, ev, k);
+        for (; d < D; ++d)
+            for (uint32_t j = 0; j < k; ++j) {
+                acc[d] *= rv[j];
+                acc[d] += ev[j] * double(cells[size_t(at[j]) * cell_stride + d]);
+            }
+    }
+}
+
 }  // namespace NEEDLE_ISA_NS
 }  // namespace needle

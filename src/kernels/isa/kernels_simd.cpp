@@ -649,6 +649,8 @@ void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int
 // Per-position element-wise kernels of this ISA (kernels_rowmath.cpp).
 void sinkhorn(float *m, uint32_t n);
 void silu(const float *x, uint32_t n, float *y);
+void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
+                uint32_t D, double inv_sqrt_d, double *a);
 
 // FAST kernels of this ISA (kernels_i8.cpp).
 void cq_fast_quantize(const float *xh, size_t xh_stride, size_t n_pos, uint32_t cols_pad, uint32_t group,
@@ -659,7 +661,7 @@ void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint3
 const KernelTable &table() {
     static const KernelTable t{NEEDLE_ISA_NAME, cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
                                rms_unit, zcrms, rope, attention_head, attention_head_i8,
-                               sinkhorn, silu, kBlockRows, cq_block_rows_fast, cq_fast_quantize, cq_matmul_fast};
+                               sinkhorn, silu, pool_probe, kBlockRows, cq_block_rows_fast, cq_fast_quantize, cq_matmul_fast};
     return t;
 }
 
