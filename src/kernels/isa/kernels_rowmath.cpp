@@ -53,12 +53,52 @@ inline DVec load_wide(const float *p) {
 #endif
 }
 
+#if defined(__AVX512F__)
+// The 4 x 4 matrix (mHC's 4 lanes) in one register, lane 4i + j = m[i][j]: a half-round is a
+// few in-register broadcasts, one 16-lane exp and one 16-lane log. Rows are 128-bit blocks, so
+// row j-th entries are broadcast within blocks (vpermilps), columns' i-th entries across blocks
+// (vshuff32x4); the sums run in the reference's order ((x0 + x1) + x2) + x3 (its 0 + x0 is x0).
+// xsimd 8.1 has neither in-block nor block shuffles: intrinsics here.
+template <bool kRows>
+inline __m512 sinkhorn4_half(__m512 v) {
+    auto pick = [](__m512 x, int k) -> __m512 {
+        if (kRows) {
+            switch (k) {
+            case 0: return _mm512_permute_ps(x, 0x00);
+            case 1: return _mm512_permute_ps(x, 0x55);
+            case 2: return _mm512_permute_ps(x, 0xAA);
+            default: return _mm512_permute_ps(x, 0xFF);
+            }
+        }
+        switch (k) {
+        case 0: return _mm512_shuffle_f32x4(x, x, 0x00);
+        case 1: return _mm512_shuffle_f32x4(x, x, 0x55);
+        case 2: return _mm512_shuffle_f32x4(x, x, 0xAA);
+        default: return _mm512_shuffle_f32x4(x, x, 0xFF);
+        }
+    };
+    const __m512 mx = _mm512_max_ps(_mm512_max_ps(pick(v, 0), pick(v, 1)), _mm512_max_ps(pick(v, 2), pick(v, 3)));
+    const __m512 e = xsimd::exp(Vec(_mm512_sub_ps(v, mx)));
+    const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(pick(e, 0), pick(e, 1)), pick(e, 2)), pick(e, 3));
+    const __m512 r = _mm512_add_ps(mx, xsimd::log(Vec(s)));
+    return _mm512_sub_ps(v, r);
+}
+#endif
+
 }  // namespace
 
 // Log-domain Sinkhorn (kernels.h sinkhorn; the scalar table's is the reference): per half-round
 // the maxima, differences, sums and subtractions of the reference in its order, the n*n exps
 // and the n logs as vectors from a padded copy.
 void sinkhorn(float *m, uint32_t n) {
+#if defined(__AVX512F__)
+    if (n == 4) {
+        __m512 v = _mm512_loadu_ps(m);
+        for (int it = 0; it < 20; ++it) v = sinkhorn4_half<false>(sinkhorn4_half<true>(v));
+        _mm512_storeu_ps(m, xsimd::exp(Vec(v)));
+        return;
+    }
+#endif
     constexpr uint32_t kMax = 64;
     alignas(64) float t[kMax * kMax + 16], mx[kMax + 16], ls[kMax + 16];
     const uint32_t nn = n * n;
