@@ -199,6 +199,11 @@ double dot_double(const float *a, const float *b, uint32_t n) {
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// acc[d] += e * x[d] in double (restrict: the compiler vectorises it).
+void axpy_double(double e, const float *__restrict x, double *__restrict acc, uint32_t n) {
+    for (uint32_t d = 0; d < n; ++d) acc[d] += e * double(x[d]);
+}
+
 void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
                 uint32_t D, double inv_sqrt_d, double *a) {
     for (uint32_t i = 0; i < n; ++i) {
@@ -213,7 +218,7 @@ void pool_probe(const float *q, const float *cells, size_t cell_stride, const ui
         }
         const double e = std::exp(z - a[0]);
         a[1] += e;
-        for (uint32_t d = 0; d < D; ++d) a[2 + d] += e * double(cell[d]);
+        axpy_double(e, cell, a + 2, D);
     }
 }
 
