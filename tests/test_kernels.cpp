@@ -212,8 +212,8 @@ TEST_CASE("kernels: sinkhorn (doubly stochastic) and silu match scalar (also in 
             INFO(k->isa << " sinkhorn n " << n);
             const std::vector<float> m0 = randn(rng, size_t(n) * n, 2.0f);
             std::vector<float> a = m0, b = m0;
-            k->sinkhorn(a.data(), n);
-            ref().sinkhorn(b.data(), n);
+            k->sinkhorn(a.data(), n, 1);
+            ref().sinkhorn(b.data(), n, 1);
             CHECK(rel_err(a.data(), b.data(), a.size()) < kTol);
             // The last half-round normalises the columns (sums 1 up to rounding); the rows have
             // converged to within 1e-2 after 20 rounds on these inputs (3 x 3 is the slowest).
@@ -224,6 +224,16 @@ TEST_CASE("kernels: sinkhorn (doubly stochastic) and silu match scalar (also in 
                 CHECK(std::fabs(row - 1.0) < 2e-2);
             }
         }
+        // Several matrices in one call: each gets the bits of a call of its own.
+        for (const uint32_t n : {3u, 4u})
+            for (const uint32_t count : {2u, 4u, 5u, 9u}) {
+                INFO(k->isa << " sinkhorn n " << n << " count " << count);
+                const std::vector<float> m0 = randn(rng, size_t(count) * n * n, 2.0f);
+                std::vector<float> a = m0, b = m0;
+                k->sinkhorn(a.data(), n, count);
+                for (uint32_t c = 0; c < count; ++c) k->sinkhorn(b.data() + size_t(c) * n * n, n, 1);
+                CHECK(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0);
+            }
         for (const uint32_t n : {1u, 3u, 7u, 8u, 9u, 16u, 17u, 63u, 100u, 1024u}) {
             INFO(k->isa << " silu n " << n);
             std::vector<float> x = randn(rng, n, 4.0f);

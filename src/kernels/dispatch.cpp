@@ -337,7 +337,7 @@ void fwht(float *x, uint32_t m) { active_kernels().fwht(x, m); }
 void rms_unit(const float *x, uint32_t n, float *y) { active_kernels().rms_unit(x, n, y); }
 void zcrms(const float *x, const float *gamma, uint32_t n, float *y) { active_kernels().zcrms(x, gamma, n, y); }
 void rope(float *x, uint32_t dim, const float *c, const float *s) { active_kernels().rope(x, dim, c, s); }
-void sinkhorn(float *m, uint32_t n) { active_kernels().sinkhorn(m, n); }
+void sinkhorn(float *m, uint32_t n, uint32_t count) { active_kernels().sinkhorn(m, n, count); }
 void silu(const float *x, uint32_t n, float *y) { active_kernels().silu(x, n, y); }
 void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
                 uint32_t D, double inv_sqrt_d, double *a) {

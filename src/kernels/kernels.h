@@ -95,10 +95,11 @@ void attention_head(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t
 // whichever kernels wrote it.
 void quantize_i8(const float *x, uint32_t n, int8_t *q, float *scale);
 
-// Log-domain Sinkhorn on m[n][n], n <= 64 (model-v2.md §2.2 = model-v3.md §2.3): 20 rounds of
-// row then column log-sum-exp subtraction, then exp. One matrix per call (a position's mHC
-// routing), so a position gets the same bits in a decode step and in a prefill chunk.
-void sinkhorn(float *m, uint32_t n);
+// Log-domain Sinkhorn on `count` matrices m + k*n*n, each n x n, n <= 64 (model-v2.md §2.2 =
+// model-v3.md §2.3): 20 rounds of row then column log-sum-exp subtraction, then exp. Each
+// matrix gets the bits it would get alone (a kernel may interleave matrices for throughput,
+// never mix them), so a position's routing is the same in a decode step and a prefill chunk.
+void sinkhorn(float *m, uint32_t n, uint32_t count = 1);
 
 // y[i] = x[i] * sigmoid(x[i]) for i < n (SiLU, model-v2.md §2); y may alias x.
 void silu(const float *x, uint32_t n, float *y);

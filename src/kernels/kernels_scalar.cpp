@@ -170,7 +170,7 @@ float lse(const float *v, uint32_t n, uint32_t stride) {
     return mx + std::log(s);
 }
 
-void sinkhorn(float *m, uint32_t n) {
+void sinkhorn_one(float *m, uint32_t n) {
     for (int it = 0; it < 20; ++it) {
         for (uint32_t i = 0; i < n; ++i) {
             const float r = lse(m + i * n, n, 1);
@@ -182,6 +182,10 @@ void sinkhorn(float *m, uint32_t n) {
         }
     }
     for (uint32_t i = 0; i < n * n; ++i) m[i] = std::exp(m[i]);
+}
+
+void sinkhorn(float *m, uint32_t n, uint32_t count) {
+    for (uint32_t k = 0; k < count; ++k) sinkhorn_one(m + size_t(k) * n * n, n);
 }
 
 void silu(const float *x, uint32_t n, float *y) {

@@ -54,51 +54,39 @@ inline DVec load_wide(const float *p) {
 }
 
 #if defined(__AVX512F__)
+// GCC 12 reports the AVX-512 intrinsics' undefined pass-through operand (`__Y = __Y` in
+// avx512fintrin.h, here and inside xsimd's exp/log) as uninitialised once they are inlined
+// into sinkhorn4's register arrays: a false positive, silenced for this block only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // The 4 x 4 matrix (mHC's 4 lanes) in one register, lane 4i + j = m[i][j]: a half-round is a
 // few in-register broadcasts, one 16-lane exp and one 16-lane log. Rows are 128-bit blocks, so
 // row j-th entries are broadcast within blocks (vpermilps), columns' i-th entries across blocks
 // (vshuff32x4); the sums run in the reference's order ((x0 + x1) + x2) + x3 (its 0 + x0 is x0).
 // xsimd 8.1 has neither in-block nor block shuffles: intrinsics here.
+// Entry k of each row (kRows) or row k (columns), broadcast to the lanes that sum over it.
+template <bool kRows, int k>
+inline __m512 pick(__m512 x) {
+    if constexpr (kRows) return _mm512_permute_ps(x, k * 0x55);
+    else return _mm512_shuffle_f32x4(x, x, k * 0x55);
+}
+inline __m512 vmax(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+
 template <bool kRows>
 inline __m512 sinkhorn4_half(__m512 v) {
-    auto pick = [](__m512 x, int k) -> __m512 {
-        if (kRows) {
-            switch (k) {
-            case 0: return _mm512_permute_ps(x, 0x00);
-            case 1: return _mm512_permute_ps(x, 0x55);
-            case 2: return _mm512_permute_ps(x, 0xAA);
-            default: return _mm512_permute_ps(x, 0xFF);
-            }
-        }
-        switch (k) {
-        case 0: return _mm512_shuffle_f32x4(x, x, 0x00);
-        case 1: return _mm512_shuffle_f32x4(x, x, 0x55);
-        case 2: return _mm512_shuffle_f32x4(x, x, 0xAA);
-        default: return _mm512_shuffle_f32x4(x, x, 0xFF);
-        }
-    };
-    const __m512 mx = _mm512_max_ps(_mm512_max_ps(pick(v, 0), pick(v, 1)), _mm512_max_ps(pick(v, 2), pick(v, 3)));
+    const __m512 mx = vmax(vmax(pick<kRows, 0>(v), pick<kRows, 1>(v)), vmax(pick<kRows, 2>(v), pick<kRows, 3>(v)));
     const __m512 e = xsimd::exp(Vec(_mm512_sub_ps(v, mx)));
-    const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(pick(e, 0), pick(e, 1)), pick(e, 2)), pick(e, 3));
+    const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(pick<kRows, 0>(e), pick<kRows, 1>(e)), pick<kRows, 2>(e)),
+                                   pick<kRows, 3>(e));
     const __m512 r = _mm512_add_ps(mx, xsimd::log(Vec(s)));
     return _mm512_sub_ps(v, r);
 }
 #endif
 
-}  // namespace
-
-// Log-domain Sinkhorn (kernels.h sinkhorn; the scalar table's is the reference): per half-round
+// Log-domain Sinkhorn of one matrix (the scalar table's is the reference): per half-round
 // the maxima, differences, sums and subtractions of the reference in its order, the n*n exps
 // and the n logs as vectors from a padded copy.
-void sinkhorn(float *m, uint32_t n) {
-#if defined(__AVX512F__)
-    if (n == 4) {
-        __m512 v = _mm512_loadu_ps(m);
-        for (int it = 0; it < 20; ++it) v = sinkhorn4_half<false>(sinkhorn4_half<true>(v));
-        _mm512_storeu_ps(m, xsimd::exp(Vec(v)));
-        return;
-    }
-#endif
+void sinkhorn_one(float *m, uint32_t n) {
     constexpr uint32_t kMax = 64;
     alignas(64) float t[kMax * kMax + 16], mx[kMax + 16], ls[kMax + 16];
     const uint32_t nn = n * n;
@@ -132,6 +120,37 @@ void sinkhorn(float *m, uint32_t n) {
     exp_in_place(t, nn);
     std::memcpy(m, t, sizeof(float) * nn);
 }
+
+#if defined(__AVX512F__)
+// U 4 x 4 matrices side by side: each half-round is a chain of dependent exp and log (latency
+// bound), so independent matrices fill the pipeline. Per matrix the ops of one alone.
+template <uint32_t U>
+inline void sinkhorn4(float *m) {
+    __m512 v[U];
+    for (uint32_t u = 0; u < U; ++u) v[u] = _mm512_loadu_ps(m + 16 * u);
+    for (int it = 0; it < 20; ++it) {
+        for (uint32_t u = 0; u < U; ++u) v[u] = sinkhorn4_half<true>(v[u]);
+        for (uint32_t u = 0; u < U; ++u) v[u] = sinkhorn4_half<false>(v[u]);
+    }
+    for (uint32_t u = 0; u < U; ++u) _mm512_storeu_ps(m + 16 * u, xsimd::exp(Vec(v[u])));
+}
+#endif
+
+}  // namespace
+
+void sinkhorn(float *m, uint32_t n, uint32_t count) {
+    uint32_t k = 0;
+#if defined(__AVX512F__)
+    if (n == 4) {
+        for (; k + 4 <= count; k += 4) sinkhorn4<4>(m + 16 * k);
+        for (; k < count; ++k) sinkhorn4<1>(m + 16 * k);
+    }
+#endif
+    for (; k < count; ++k) sinkhorn_one(m + size_t(k) * n * n, n);
+}
+#if defined(__AVX512F__)
+#pragma GCC diagnostic pop
+#endif
 
 // y = x * (1 / (1 + exp(-x))) (kernels.h silu); y may alias x.
 void silu(const float *x, uint32_t n, float *y) {

@@ -647,7 +647,7 @@ void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int
 }  // namespace
 
 // Per-position element-wise kernels of this ISA (kernels_rowmath.cpp).
-void sinkhorn(float *m, uint32_t n);
+void sinkhorn(float *m, uint32_t n, uint32_t count);
 void silu(const float *x, uint32_t n, float *y);
 void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
                 uint32_t D, double inv_sqrt_d, double *a);
