@@ -59,6 +59,7 @@ case "$(uname -m)" in
   *) ISAS="" ;;
 esac
 for isa in $ISAS; do units+=("$OUT/obj/isa_$isa.o $ROOT/src/kernels/isa/kernels_simd.cpp"); done
+for isa in $ISAS; do units+=("$OUT/obj/rowmath_isa_$isa.o $ROOT/src/kernels/isa/kernels_rowmath.cpp"); done
 # The FAST (int8) kernels, one object per ISA with the same flags (no AVX-512 here, so no VNNI).
 for isa in $ISAS; do units+=("$OUT/obj/i8_isa_$isa.o $ROOT/src/kernels/isa/kernels_i8.cpp"); done
 units+=("$OUT/obj/cact_writer.o $ROOT/tools/cact_writer.cpp")
@@ -72,7 +73,7 @@ compile() {  # "object source"
   local obj=${1%% *} src=${1#* }
   local -a flags=()
   case "$obj" in
-    */isa_*.o | */i8_isa_*.o)
+    */isa_*.o | */i8_isa_*.o | */rowmath_isa_*.o)
       local isa=${obj##*isa_}; isa=${isa%.o}
       flags=(-DNEEDLE_ISA_NS="isa_$isa" -DNEEDLE_ISA_NAME="\"$isa\"")
       case $isa in

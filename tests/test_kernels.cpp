@@ -203,6 +203,99 @@ TEST_CASE("kernels: rms_unit, zcrms and rope match scalar (also in place)") {
         }
 }
 
+TEST_CASE("kernels: sinkhorn (doubly stochastic) and silu match scalar (also in place)") {
+    std::mt19937 rng(5);
+    std::vector<const KernelTable *> all = vector_tables();
+    all.push_back(&ref());
+    for (const KernelTable *k : all) {
+        for (const uint32_t n : {1u, 2u, 3u, 4u, 5u, 8u, 17u, 64u}) {
+            INFO(k->isa << " sinkhorn n " << n);
+            const std::vector<float> m0 = randn(rng, size_t(n) * n, 2.0f);
+            std::vector<float> a = m0, b = m0;
+            k->sinkhorn(a.data(), n, 1);
+            ref().sinkhorn(b.data(), n, 1);
+            CHECK(rel_err(a.data(), b.data(), a.size()) < kTol);
+            // The last half-round normalises the columns (sums 1 up to rounding); the rows have
+            // converged to within 1e-2 after 20 rounds on these inputs (3 x 3 is the slowest).
+            for (uint32_t i = 0; i < n; ++i) {
+                double row = 0.0, col = 0.0;
+                for (uint32_t j = 0; j < n; ++j) row += a[i * n + j], col += a[j * n + i];
+                CHECK(std::fabs(col - 1.0) < 1e-5);
+                CHECK(std::fabs(row - 1.0) < 2e-2);
+            }
+        }
+        // Several matrices in one call: each gets the bits of a call of its own.
+        for (const uint32_t n : {3u, 4u})
+            for (const uint32_t count : {2u, 4u, 5u, 9u}) {
+                INFO(k->isa << " sinkhorn n " << n << " count " << count);
+                const std::vector<float> m0 = randn(rng, size_t(count) * n * n, 2.0f);
+                std::vector<float> a = m0, b = m0;
+                k->sinkhorn(a.data(), n, count);
+                for (uint32_t c = 0; c < count; ++c) k->sinkhorn(b.data() + size_t(c) * n * n, n, 1);
+                CHECK(std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0);
+            }
+        for (const uint32_t n : {1u, 3u, 7u, 8u, 9u, 16u, 17u, 63u, 100u, 1024u}) {
+            INFO(k->isa << " silu n " << n);
+            std::vector<float> x = randn(rng, n, 4.0f);
+            x[0] = 0.0f;
+            if (n > 2) x[1] = 30.0f, x[2] = -30.0f;
+            std::vector<float> a(n), b(n);
+            k->silu(x.data(), n, a.data());
+            ref().silu(x.data(), n, b.data());
+            CHECK(rel_err(a.data(), b.data(), n) < kTol);
+            CHECK(a[0] == 0.0f);
+            if (n > 2) {
+                CHECK(std::fabs(a[1] - 30.0f) < 1e-5f);
+                CHECK(std::fabs(a[2]) < 1e-10f);
+            }
+            k->silu(x.data(), n, x.data());
+            CHECK(std::memcmp(x.data(), a.data(), sizeof(float) * n) == 0);
+        }
+    }
+}
+
+// Probe pooling (model-v2.md §7.2) is bit-exact across ISAs: same dot order, no fused multiply-add,
+// libm exps. Checked against a direct softmax too, and one call over n cells against n calls.
+TEST_CASE("kernels: pool_probe gives the scalar bits in every ISA, in one call or per cell") {
+    std::mt19937 rng(6);
+    std::vector<const KernelTable *> all = vector_tables();
+    all.push_back(&ref());
+    for (const KernelTable *k : all)
+        for (const uint32_t D : {1u, 7u, 8u, 9u, 33u, 100u, 512u})
+            for (const uint32_t n : {1u, 5u, 64u, 97u}) {
+                INFO(k->isa << " D " << D << " n " << n);
+                const std::vector<float> q = randn(rng, D), cells = randn(rng, size_t(n) * (D + 3), 2.0f);
+                std::vector<uint32_t> tok(n, 7);
+                for (uint32_t i = 3; i < n; i += 11) tok[i] = 0;  // PAD cells
+                std::vector<double> a(D + 2, 0.0), b(D + 2, 0.0), c(D + 2, 0.0);
+                a[0] = b[0] = c[0] = -INFINITY;
+                const double isd = 1.0 / std::sqrt(double(D));
+                k->pool_probe(q.data(), cells.data(), D + 3, tok.data(), n, D, isd, a.data());
+                ref().pool_probe(q.data(), cells.data(), D + 3, tok.data(), n, D, isd, b.data());
+                for (uint32_t i = 0; i < n; ++i)
+                    k->pool_probe(q.data(), cells.data() + size_t(i) * (D + 3), D + 3, tok.data() + i, 1, D, isd,
+                                  c.data());
+                CHECK(std::memcmp(a.data(), b.data(), sizeof(double) * a.size()) == 0);
+                CHECK(std::memcmp(a.data(), c.data(), sizeof(double) * a.size()) == 0);
+                // The pooled mean against a two-pass softmax in long double.
+                std::vector<long double> z(n);
+                long double mx = -INFINITY, den = 0, num = 0;
+                for (uint32_t i = 0; i < n; ++i) {
+                    long double dot = 0;
+                    for (uint32_t d = 0; d < D; ++d) dot += (long double)cells[i * (D + 3) + d] * q[d];
+                    z[i] = dot * isd;
+                    if (tok[i]) mx = std::max(mx, z[i]);
+                }
+                for (uint32_t i = 0; i < n; ++i)
+                    if (tok[i]) {
+                        const long double e = std::exp(z[i] - mx);
+                        den += e, num += e * cells[i * (D + 3) + D - 1];
+                    }
+                CHECK(std::fabs(double(a[0] - mx)) < 1e-12 * (1 + std::fabs(double(mx))));
+                CHECK(std::fabs(a[1 + D] / a[1] - double(num / den)) < 1e-12);
+            }
+}
+
 TEST_CASE("kernels: attention_head (f32 and int8 rings, wrapped) matches scalar") {
     std::mt19937 rng(4);
     std::uniform_int_distribution<int> i8(-127, 127);

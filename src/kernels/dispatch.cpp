@@ -337,6 +337,12 @@ void fwht(float *x, uint32_t m) { active_kernels().fwht(x, m); }
 void rms_unit(const float *x, uint32_t n, float *y) { active_kernels().rms_unit(x, n, y); }
 void zcrms(const float *x, const float *gamma, uint32_t n, float *y) { active_kernels().zcrms(x, gamma, n, y); }
 void rope(float *x, uint32_t dim, const float *c, const float *s) { active_kernels().rope(x, dim, c, s); }
+void sinkhorn(float *m, uint32_t n, uint32_t count) { active_kernels().sinkhorn(m, n, count); }
+void silu(const float *x, uint32_t n, float *y) { active_kernels().silu(x, n, y); }
+void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
+                uint32_t D, double inv_sqrt_d, double *a) {
+    active_kernels().pool_probe(q, cells, cell_stride, tokens, n, D, inv_sqrt_d, a);
+}
 void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> &v, uint32_t lo, uint32_t hi,
                     float *scores, float *out) {
     active_kernels().attention_head(q, k, v, lo, hi, scores, out);

@@ -26,6 +26,9 @@ struct KernelTable {
                            float *, float *);
     void (*attention_head_i8)(const float *, const KvRing<int8_t> &, const KvRing<int8_t> &, uint32_t,
                               uint32_t, float *, float *);
+    void (*sinkhorn)(float *, uint32_t, uint32_t);
+    void (*silu)(const float *, uint32_t, float *);
+    void (*pool_probe)(const float *, const float *, size_t, const uint32_t *, uint32_t, uint32_t, double, double *);
     // Rows per block of the rows-in-lanes CQ copy this table's cq_matmul reads (cq_matrix.h), or
     // 0: it reads the stored form only. A matrix whose block_rows differ is read in stored form.
     uint32_t cq_block_rows;

@@ -95,6 +95,23 @@ void attention_head(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t
 // whichever kernels wrote it.
 void quantize_i8(const float *x, uint32_t n, int8_t *q, float *scale);
 
+// Log-domain Sinkhorn on `count` matrices m + k*n*n, each n x n, n <= 64 (model-v2.md §2.2 =
+// model-v3.md §2.3): 20 rounds of row then column log-sum-exp subtraction, then exp. Each
+// matrix gets the bits it would get alone (a kernel may interleave matrices for throughput,
+// never mix them), so a position's routing is the same in a decode step and a prefill chunk.
+void sinkhorn(float *m, uint32_t n, uint32_t count = 1);
+
+// y[i] = x[i] * sigmoid(x[i]) for i < n (SiLU, model-v2.md §2); y may alias x.
+void silu(const float *x, uint32_t n, float *y);
+
+// One probe's online softmax pooling of n cells in position order (model-v2.md §7.2, in
+// double): cell i is cells + i*cell_stride (D floats), skipped when tokens[i] == 0 (PAD);
+// z = dot(cell, q) * inv_sqrt_d; a = [running max, denominator, D weighted sums] is rescaled on a
+// new maximum and accumulated. Every ISA gives the scalar reference's bits (its dot order, no
+// fused multiply-add), so do one call over n cells and n calls over one; exps are libm's.
+void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
+                uint32_t D, double inv_sqrt_d, double *a);
+
 inline float sigmoid(float z);
 
 // Name of the kernel instruction set in use: "avx512", "avx2", "sse4_2", "neon" or "scalar".

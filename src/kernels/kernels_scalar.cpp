@@ -161,9 +161,74 @@ void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int
     attention_rows(q, k, v, lo, hi, scores, out);
 }
 
+// Log-sum-exp of n values with stride (model-v2.md §2).
+float lse(const float *v, uint32_t n, uint32_t stride) {
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, v[i * stride]);
+    float s = 0.0f;
+    for (uint32_t i = 0; i < n; ++i) s += std::exp(v[i * stride] - mx);
+    return mx + std::log(s);
+}
+
+void sinkhorn_one(float *m, uint32_t n) {
+    for (int it = 0; it < 20; ++it) {
+        for (uint32_t i = 0; i < n; ++i) {
+            const float r = lse(m + i * n, n, 1);
+            for (uint32_t j = 0; j < n; ++j) m[i * n + j] -= r;
+        }
+        for (uint32_t j = 0; j < n; ++j) {
+            const float c = lse(m + j, n, n);
+            for (uint32_t i = 0; i < n; ++i) m[i * n + j] -= c;
+        }
+    }
+    for (uint32_t i = 0; i < n * n; ++i) m[i] = std::exp(m[i]);
+}
+
+void sinkhorn(float *m, uint32_t n, uint32_t count) {
+    for (uint32_t k = 0; k < count; ++k) sinkhorn_one(m + size_t(k) * n * n, n);
+}
+
+void silu(const float *x, uint32_t n, float *y) {
+    for (uint32_t i = 0; i < n; ++i) y[i] = x[i] * (1.0f / (1.0f + std::exp(-x[i])));
+}
+
+// Σ a[d] * b[d] in double with 8 interleaved partial sums (a fixed order, so the same bits for
+// every chunking; a single running sum would be latency-bound).
+double dot_double(const float *a, const float *b, uint32_t n) {
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (uint32_t j = 0; j < 8; ++j) part[j] += double(a[d + j]) * double(b[d + j]);
+    for (; d < n; ++d) part[d % 8] += double(a[d]) * double(b[d]);
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// acc[d] += e * x[d] in double (restrict: the compiler vectorises it).
+void axpy_double(double e, const float *__restrict x, double *__restrict acc, uint32_t n) {
+    for (uint32_t d = 0; d < n; ++d) acc[d] += e * double(x[d]);
+}
+
+void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
+                uint32_t D, double inv_sqrt_d, double *a) {
+    for (uint32_t i = 0; i < n; ++i) {
+        if (tokens[i] == 0) continue;
+        const float *cell = cells + size_t(i) * cell_stride;
+        const double z = dot_double(cell, q, D) * inv_sqrt_d;
+        if (z > a[0]) {  // new maximum: rescale what is summed so far
+            const double r = std::exp(a[0] - z);
+            a[1] *= r;
+            for (uint32_t d = 0; d < D; ++d) a[2 + d] *= r;
+            a[0] = z;
+        }
+        const double e = std::exp(z - a[0]);
+        a[1] += e;
+        axpy_double(e, cell, a + 2, D);
+    }
+}
+
 const KernelTable &table() {
     static const KernelTable t{"scalar", cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
-                               rms_unit, zcrms, rope, attention_head, attention_head_i8, 0,
+                               rms_unit, zcrms, rope, attention_head, attention_head_i8, sinkhorn, silu, pool_probe, 0,
                                nullptr, cq_fast_quantize, cq_matmul_fast};
     return t;
 }

@@ -104,27 +104,24 @@ void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk
         std::memcpy(ring + size_t((p0 + i) % ring_rows) * d, chunk + i * chunk_stride, sizeof(float) * d);
 }
 
-namespace {
-// Log-sum-exp of n values with stride (model-v2.md §2).
-float lse(const float *v, uint32_t n, uint32_t stride) {
-    float mx = -INFINITY;
-    for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, v[i * stride]);
-    float s = 0.0f;
-    for (uint32_t i = 0; i < n; ++i) s += std::exp(v[i * stride] - mx);
-    return mx + std::log(s);
+void mhc_routing(float a_res, const float *b_res, uint32_t N, uint32_t n, float *p_res) {
+    const uint32_t NN = N * N;
+    constexpr uint32_t kGroup = 8;  // matrices per kernel call: enough to interleave
+    for_positions((n + kGroup - 1) / kGroup, [&](uint32_t gi) {
+        const uint32_t i0 = gi * kGroup, cnt = std::min(kGroup, n - i0);
+        float *m = p_res + size_t(i0) * NN;
+        for (size_t e = 0; e < size_t(cnt) * NN; ++e) m[e] = a_res * m[e] + b_res[e % NN];
+        sinkhorn(m, N, cnt);
+    });
 }
-}  // namespace
 
-void mhc_scatter(float a_post, const float *b_post, float a_res, const float *b_res, const float *p_post,
-                 const float *p_res, uint32_t active, const float *y, uint32_t N, uint32_t D, float *X,
-                 float *Xs) {
-    float hp[64], R[64 * 64];  // lanes <= 64 (both containers' caps)
+void mhc_scatter(float a_post, const float *b_post, const float *p_post, const float *R, uint32_t active,
+                 const float *y, uint32_t N, uint32_t D, float *X, float *Xs) {
+    float hp[64];  // lanes <= 64 (both containers' caps)
     for (uint32_t k = 0; k < N; ++k) {
         const float off = (k == active) ? 0.0f : -4.0f;
         hp[k] = 2.0f * sigmoid(a_post * p_post[k] + b_post[k] + off);
     }
-    for (uint32_t e = 0; e < N * N; ++e) R[e] = a_res * p_res[e] + b_res[e];
-    sinkhorn(R, N);
     std::memcpy(Xs, X, sizeof(float) * N * D);  // lanes are mixed from a snapshot
     for (uint32_t k = 0; k < N; ++k) {
         float *dst = X + size_t(k) * D;
@@ -133,20 +130,6 @@ void mhc_scatter(float a_post, const float *b_post, float a_res, const float *b_
             for (uint32_t c = 0; c < D; ++c) dst[c] += R[k * N + j] * Xs[size_t(j) * D + c];
         for (uint32_t c = 0; c < D; ++c) dst[c] += hp[k] * y[c];
     }
-}
-
-void sinkhorn(float *m, uint32_t n) {
-    for (int it = 0; it < 20; ++it) {
-        for (uint32_t i = 0; i < n; ++i) {
-            const float r = lse(m + i * n, n, 1);
-            for (uint32_t j = 0; j < n; ++j) m[i * n + j] -= r;
-        }
-        for (uint32_t j = 0; j < n; ++j) {
-            const float c = lse(m + j, n, n);
-            for (uint32_t i = 0; i < n; ++i) m[i * n + j] -= c;
-        }
-    }
-    for (uint32_t i = 0; i < n * n; ++i) m[i] = std::exp(m[i]);
 }
 
 }  // namespace needle

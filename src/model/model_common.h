@@ -1,6 +1,6 @@
 // Pieces shared by the Needle 2 and Needle 3 forward passes: the load-time float arena, CQ
 // matrix binding with its level tables, float-record conversion, per-position parallel loops,
-// log-domain Sinkhorn (model-v2.md §2.2 = model-v3.md §2.3) and SiLU.
+// and the mHC scatter-up (its Sinkhorn is a kernel, kernels.h).
 #pragma once
 
 #include <cmath>
@@ -16,8 +16,6 @@ namespace needle {
 class FileBytes;
 
 inline uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
-
-inline float silu(float z) { return z * sigmoid(z); }
 
 // Cells of a vector sized before anything is converted, handed out in order.
 class Arena {
@@ -88,15 +86,17 @@ void engram_conv_at(uint32_t p, uint32_t p0, uint32_t n_taps, uint32_t dil, uint
 void engram_ring_store(uint32_t p0, uint32_t n, const float *chunk, size_t chunk_stride, float *ring,
                        uint32_t ring_rows, uint32_t d);
 
+// mHC residual routing (model-v2.md §3 step 5.8 = model-v3.md §1.3) of n rows at once:
+// p_res[i] (N x N each, rows i < n) := sinkhorn(a_res p_res[i] + b_res). The Sinkhorn kernel
+// takes groups of rows (split over the caller's arena for a prefill chunk); each row gets the
+// bits it gets alone.
+void mhc_routing(float a_res, const float *b_res, uint32_t N, uint32_t n, float *p_res);
+
 // mHC scatter-up (model-v2.md §3 steps 5.7-5.9 = model-v3.md §1.3) of one position:
 // hp_i = 2 sigma(a_post p_post_i + b_post_i + (i == active ? 0 : -4)),
-// R = sinkhorn(a_res p_res + b_res), lane_i <- sum_j R_ij lane_j + hp_i y.
+// lane_i <- sum_j R_ij lane_j + hp_i y with R the position's routing (mhc_routing).
 // X [N][D] lanes (updated), Xs [N][D] scratch, y [D]; N <= 64.
-void mhc_scatter(float a_post, const float *b_post, float a_res, const float *b_res, const float *p_post,
-                 const float *p_res, uint32_t active, const float *y, uint32_t N, uint32_t D, float *X,
-                 float *Xs);
-
-// Log-domain Sinkhorn on m[n][n]: 20 rounds of row then column log-sum-exp, then exp.
-void sinkhorn(float *m, uint32_t n);
+void mhc_scatter(float a_post, const float *b_post, const float *p_post, const float *R, uint32_t active,
+                 const float *y, uint32_t N, uint32_t D, float *X, float *Xs);
 
 }  // namespace needle

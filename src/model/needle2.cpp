@@ -475,6 +475,7 @@ void Needle2Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t l, ui
     if (np == 1) attention(*parts->s, w, l, parts->p0, parts->n, parts->i0);
     else attention_many(parts, np, w, l);  // forward_many: one position per part
     cq_matmul(ly.out, w.oh, g.A_pad, n, 0, D, w.att, D);
+    mhc_routing(a_res_[l], b_res_ + size_t(l) * N * N, N, n, w.rv);  // w.rv: p_res -> R
     for_positions(n, [&](uint32_t i) { block_tail(w, l, i); });
 }
 
@@ -578,12 +579,13 @@ void Needle2Model::block_tail(Work &w, uint32_t l, uint32_t i) const {
     std::fill(z + D, z + g.Nh, 0.0f);
     for (uint32_t c = 0; c < g.Nh; ++c) z[c] *= ly.d1[c];
     fwht(z, g.Nh);
-    for (uint32_t c = 0; c < g.Nh; ++c) z[c] = silu(ly.d2[c] * z[c]);
+    for (uint32_t c = 0; c < g.Nh; ++c) z[c] *= ly.d2[c];
+    silu(z, g.Nh, z);
     fwht(z, g.Nh);
     for (uint32_t c = 0; c < D; ++c) y[c] = (bx[c] + ly.d3[c] * z[c]) - u[c];
     // 5.7 post-routing, 5.8 residual mixing, 5.9 lane update from a snapshot of the lanes
-    mhc_scatter(a_post_[l], b_post_ + l * N, a_res_[l], b_res_ + size_t(l) * N * N, w.b + i * N,
-                w.rv + size_t(i) * N * N, l % N, y, N, D, w.X + size_t(i) * g.nD, w.Xn + size_t(i) * g.nD);
+    mhc_scatter(a_post_[l], b_post_ + l * N, w.b + i * N, w.rv + size_t(i) * N * N, l % N, y, N, D,
+                w.X + size_t(i) * g.nD, w.Xn + size_t(i) * g.nD);
 }
 
 // Step 6 input of row i: the prepared zcrms(mean of lanes; final_norm) into hfh[D_pad].

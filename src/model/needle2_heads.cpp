@@ -23,22 +23,6 @@ void record_to_f32(const TensorRecord &t, size_t n, float *out) {
     else f16_to_f32_n(t.data, n, out);
 }
 
-// Σ a[d] * b[d] in double with 8 interleaved partial sums (a fixed order, so the same bits for
-// every chunking; a single running sum would be latency-bound and not vectorised).
-double dot_double(const float *a, const float *b, uint32_t n) {
-    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint32_t d = 0;
-    for (; d + 8 <= n; d += 8)
-        for (uint32_t j = 0; j < 8; ++j) part[j] += double(a[d + j]) * double(b[d + j]);
-    for (; d < n; ++d) part[d % 8] += double(a[d]) * double(b[d]);
-    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
-
-// acc[d] += e * x[d] in double (restrict: the compiler vectorises it).
-void axpy_double(double e, const float *__restrict x, double *__restrict acc, uint32_t n) {
-    for (uint32_t d = 0; d < n; ++d) acc[d] += e * double(x[d]);
-}
-
 }  // namespace
 
 void ProbePool::reset() {
@@ -101,11 +85,11 @@ void Needle2Model::pool_cells(ProbePool &pool, uint32_t c, const float *X, const
             std::memcpy(cell, x, sizeof(float) * D);
             continue;
         }
-        for (uint32_t d = 0; d < D; ++d) {
-            float sum = 0.0f;
-            for (uint32_t k = 0; k < g.n; ++k) sum += x[size_t(k) * D + d];
-            cell[d] = sum / float(g.n);
-        }
+        // Lane by lane (contiguous, so vectorised), each cell[d] summed in lane order from 0.
+        std::fill(cell, cell + D, 0.0f);
+        for (uint32_t k = 0; k < g.n; ++k)
+            for (uint32_t d = 0; d < D; ++d) cell[d] += x[size_t(k) * D + d];
+        for (uint32_t d = 0; d < D; ++d) cell[d] /= float(g.n);
     }
     const double inv_sqrt_d = 1.0 / std::sqrt(double(D));
     // One probe's running softmax over the chunk's cells, in position order (§7.2, double).
@@ -114,21 +98,7 @@ void Needle2Model::pool_cells(ProbePool &pool, uint32_t c, const float *X, const
         for (const Needle2Head &hh : heads_)
             if (kp >= hh.first) h = &hh;
         const float *q = h->probes + size_t(kp - h->first) * D;
-        double *a = pool.at(c, kp);
-        for (uint32_t i = 0; i < n; ++i) {
-            if (tokens[i] == 0) continue;  // PAD cells are excluded from the pool (§7.1)
-            const float *cell = scratch + size_t(i) * D;
-            const double z = dot_double(cell, q, D) * inv_sqrt_d;
-            if (z > a[0]) {  // new maximum: rescale what is summed so far
-                const double r = std::exp(a[0] - z);
-                a[1] *= r;
-                for (uint32_t d = 0; d < D; ++d) a[2 + d] *= r;
-                a[0] = z;
-            }
-            const double e = std::exp(z - a[0]);
-            a[1] += e;
-            axpy_double(e, cell, a + 2, D);
-        }
+        pool_probe(q, scratch, D, tokens, n, D, inv_sqrt_d, pool.at(c, kp));
     };
     // Probes are independent: split them over the arena's threads when the work pays for it.
     if (uint64_t(n) * head_probes_ * D >= (uint64_t(1) << 15))

@@ -508,6 +508,7 @@ void Needle3Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t li, u
     else attention_many(parts, np, w, li);  // forward_many: one position per part
     const CqProduct out[] = {{&ly.out, 0, D, w.att, D}};
     matmul_shared(out, 1, w.o, g.od, g.od, n, w.oh, w.pod);
+    mhc_routing(a_res_[l], b_res_ + size_t(l) * N * N, N, n, w.pr);  // w.pr: p_res -> R
     for_positions(n, [&](uint32_t i) { block_tail(w, li, i); });
     for (const Part *pt = parts; pt != parts + np; ++pt) pool_cells(*pt, w, li + 1);
 }
@@ -700,14 +701,15 @@ void Needle3Model::block_tail(Work &w, uint32_t li, uint32_t i) const {
     for (uint32_t c = 0; c < hn; ++c) z[c] = c < D ? t[c] * ly.d1[c] : 0.0f;
     kron(z, ly.w1a, ly.w1b, g.ba, g.bb, t1, t2);
     for (uint32_t c = 0; c < hn; ++c) z[c] = t2[p1_[c]];
-    for (uint32_t c = 0; c < hn; ++c) z[c] = silu(ly.d2[c] * cv[c] * z[c] + ly.b2[c]);
+    for (uint32_t c = 0; c < hn; ++c) z[c] = ly.d2[c] * cv[c] * z[c] + ly.b2[c];
+    silu(z, hn, z);
     kron(z, ly.w2a, ly.w2b, g.ba, g.bb, t1, t2);
     for (uint32_t c = 0; c < hn; ++c) z[c] = ly.d3[c] * t2[p2_[c]];
     kron(z, ly.w3a, ly.w3b, g.ba, g.bb, t1, t2);
     for (uint32_t c = 0; c < D; ++c) y[c] = (bx[c] + ly.d4[c] * t2[c]) - u[c];
     float *X = w.X + size_t(i) * g.nd;
-    mhc_scatter(a_post_[l], b_post_ + l * N, a_res_[l], b_res_ + size_t(l) * N * N, w.pb + i * N,
-                w.pr + size_t(i) * N * N, li % N, y, N, D, X, w.Xs + size_t(i) * g.nd);
+    mhc_scatter(a_post_[l], b_post_ + l * N, w.pb + i * N, w.pr + size_t(i) * N * N, li % N, y, N, D, X,
+                w.Xs + size_t(i) * g.nd);
     float *cell = w.cell + size_t(i) * D;  // confidence cell: mean over lanes after the layer
     if (has_conf_) {  // cheap; pool_cells skips it for a state that does not pool
         for (uint32_t c = 0; c < D; ++c) {

@@ -646,6 +646,12 @@ void attention_head_i8(const float *q, const KvRing<int8_t> &k, const KvRing<int
 
 }  // namespace
 
+// Per-position element-wise kernels of this ISA (kernels_rowmath.cpp).
+void sinkhorn(float *m, uint32_t n, uint32_t count);
+void silu(const float *x, uint32_t n, float *y);
+void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
+                uint32_t D, double inv_sqrt_d, double *a);
+
 // FAST kernels of this ISA (kernels_i8.cpp).
 void cq_fast_quantize(const float *xh, size_t xh_stride, size_t n_pos, uint32_t cols_pad, uint32_t group,
                       int8_t *q2, size_t q2_stride, int8_t *q4, size_t q4_stride, float *scale, int32_t *sum);
@@ -655,7 +661,7 @@ void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint3
 const KernelTable &table() {
     static const KernelTable t{NEEDLE_ISA_NAME, cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
                                rms_unit, zcrms, rope, attention_head, attention_head_i8,
-                               kBlockRows, cq_block_rows_fast, cq_fast_quantize, cq_matmul_fast};
+                               sinkhorn, silu, pool_probe, kBlockRows, cq_block_rows_fast, cq_fast_quantize, cq_matmul_fast};
     return t;
 }
 
