@@ -136,6 +136,28 @@ def engram_indices(tokens, g):
     return torch.stack(idx, -1), torch.stack(valid, -1)
 
 
+class Packing:
+    """Where the real tokens of a padded [B, S] segment sit: rows b hold count[b] tokens
+    from their start. pack: [B, S, ...] -> [N, ...] (row-major), pad: the inverse (zeros at
+    padded places); pos: each packed token's absolute position."""
+
+    def __init__(self, count, S, pos0):
+        self.B, self.S = len(count), S
+        keep = torch.arange(S)[None, :] < count.clamp(0, S)[:, None]
+        self.bi, self.si = keep.nonzero(as_tuple=True)
+        self.full = bool(keep.all())
+        self.pos = self.si + pos0
+
+    def pack(self, x):
+        return x.reshape(self.B * self.S, *x.shape[2:]) if self.full else x[self.bi, self.si]
+
+    def pad(self, x):
+        if self.full:
+            return x.reshape(self.B, self.S, *x.shape[1:])
+        out = x.new_zeros(self.B, self.S, *x.shape[1:])
+        return out.index_put((self.bi, self.si), x)
+
+
 def sinkhorn(m, iters=20):
     """Log-domain Sinkhorn, rows then columns, exponentiated once (model-v2.md §2.2)."""
     for _ in range(iters):
@@ -210,32 +232,37 @@ class Needle2(nn.Module):
         z = F.silu(self.p("layer%02d.d2" % l) * z) @ self.had
         return (self.p("layer%02d.d3" % l) * z)[..., :D]
 
-    def rope(self, x, pos0):
-        """x [B, S, heads, hd] at positions pos0..pos0+S-1; pairs (i, i + hd/2) (§2.1)."""
-        S, half = x.shape[1], x.shape[-1] // 2
-        c, s = self.cos[pos0:pos0 + S, None, :], self.sin[pos0:pos0 + S, None, :]
+    def rope(self, x, pos):
+        """x [N, heads, hd] at positions pos [N]; pairs (i, i + hd/2) (§2.1)."""
+        half = x.shape[-1] // 2
+        c, s = self.cos[pos][:, None, :], self.sin[pos][:, None, :]
         a, b = x[..., :half], x[..., half:]
         return torch.cat([a * c - b * s, b * c + a * s], -1)
 
-    def attention(self, bx, l, pos0, prev, W):
-        """Attention sub-block (§5.5) for positions pos0.. of bx [B, S, D]; prev = (k, v) of
-        positions 0..pos0-1 (batch 1 or B) or None. Returns x1 and this segment's (k, v)."""
+    def attention(self, bx, l, pos0, prev, W, pk):
+        """Attention sub-block (§5.5) for the packed tokens bx [N, D] of a segment at positions
+        pos0.. (pk = Packing: where each token sits in the padded [B, S] grid); prev = (k, v)
+        of positions 0..pos0-1 (batch 1 or B) or None. Scores run on the padded grid (a
+        padded key sits after every real query of its row, so the causal mask hides it).
+        Returns x1 [N, D] and this segment's padded (k, v)."""
         g, pre = self.g, "layer%02d." % l
-        B, S, _ = bx.shape
         H, K, hd = g.num_heads, g.num_kv_heads, g.head_dim
+        B, S = pk.B, pk.S
         hA = zcrms(bx, self.p(pre + "norm_in"))
-        q = (hA @ self.p(pre + "q_proj").t()).view(B, S, H, hd)
-        k = (hA @ self.p(pre + "k_proj").t()).view(B, S, K, hd)
-        v = (hA @ self.p(pre + "v_proj").t()).view(B, S, K, hd)
+        q = (hA @ self.p(pre + "q_proj").t()).view(-1, H, hd)
+        k = (hA @ self.p(pre + "k_proj").t()).view(-1, K, hd)
+        v = (hA @ self.p(pre + "v_proj").t()).view(-1, K, hd)
         gl = hA @ self.p(pre + "gate_proj").t()
-        q = self.rope(zcrms(q, self.p(pre + "q_norm")), pos0)
-        k = self.rope(zcrms(k, self.p(pre + "k_norm")), pos0)
+        q = self.rope(zcrms(q, self.p(pre + "q_norm")), pk.pos)
+        k = pk.pad(self.rope(zcrms(k, self.p(pre + "k_norm")), pk.pos))
+        v = pk.pad(v)
         own = (k, v)
         if prev is not None and prev[0].shape[0] == 1 and B > 1:
-            o = self.attend_shared(q, k, v, prev, pos0, W)
+            o = self.attend_shared(q, k, v, prev, pos0, W, pk)
             att = (o * torch.sigmoid(gl)) @ self.p(pre + "out_proj").t()
             x1 = bx + torch.sigmoid(self.p(pre + "attn_gate")) * zcrms(att, self.p(pre + "post_norm"))
             return x1, own
+        q = pk.pad(q)
         if prev is not None:
             k = torch.cat([prev[0].expand(B, -1, -1, -1), k], 1)
             v = torch.cat([prev[1].expand(B, -1, -1, -1), v], 1)
@@ -250,36 +277,47 @@ class Needle2(nn.Module):
         s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
         s = s.masked_fill(~mask, float("-inf"))
         o = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v).reshape(B, S, H * hd)
+        o = pk.pack(o)
         att = (o * torch.sigmoid(gl)) @ self.p(pre + "out_proj").t()
         x1 = bx + torch.sigmoid(self.p(pre + "attn_gate")) * zcrms(att, self.p(pre + "post_norm"))
         return x1, own
 
     @staticmethod
-    def attend_shared(q, k, v, prev, pos0, W):
-        """Attention of rows q [B, S, H, hd] (positions pos0..) over a prefix shared by every
-        row (prev = k, v [1, P, K, hd] of positions 0..P-1) and their own k, v [B, S, K, hd].
-        The same numbers as attending over the concatenated keys (up to summation order), but
-        the prefix part is one large matmul per KV head instead of B small ones: on CPU the
-        batched small GEMMs of the concatenated form took most of a training step."""
-        B, S, H, hd = q.shape
-        K, P = k.shape[2], prev[0].shape[1]
-        rep = H // K  # query head h -> KV head h // rep
-        qh = q.reshape(B, S, K, rep, hd).permute(2, 0, 3, 1, 4)  # [K, B, rep, S, hd]
+    def attend_shared(q, k, v, prev, pos0, W, pk):
+        """Attention of the packed queries q [N, H, hd] (pk: their rows and positions) over a
+        prefix shared by every row (prev = k, v [1, P, K, hd] of positions 0..P-1) and their
+        own row's padded k, v [B, S, K, hd]; returns [N, H * hd]. The same numbers as
+        attending over the concatenated keys (up to summation order), but the prefix part is
+        one large matmul per KV head over the real queries only: on CPU the batched small
+        GEMMs of the concatenated form, and padded queries, took most of a training step."""
+        N, H, hd = q.shape
+        B, S, K = k.shape[0], k.shape[1], k.shape[2]
+        P, rep = prev[0].shape[1], H // K  # query head h -> KV head h // rep
+        scale = 1.0 / math.sqrt(hd)
+        qh = q.view(N, K, rep, hd).permute(1, 2, 0, 3)  # [K, rep, N, hd]
         kp = prev[0][0].permute(1, 2, 0)  # [K, hd, P]
         vp = prev[1][0].permute(1, 0, 2)  # [K, P, hd]
-        s_pre = (qh.reshape(K, B * rep * S, hd) @ kp).view(K, B, rep, S, P) / math.sqrt(hd)
-        s_own = (qh @ k.permute(2, 0, 3, 1)[:, :, None]) / math.sqrt(hd)  # [K, B, rep, S, S]
+        s_pre = (qh.reshape(K, rep * N, hd) @ kp).view(K, rep, N, P) * scale
+        if W > 0:
+            s_pre = s_pre.masked_fill(pk.pos[:, None] - torch.arange(pos0 - P, pos0)[None, :]
+                                      >= W, float("-inf"))
+        # own keys: scores on the padded grid [K, B, rep, S, S], then the real query rows
+        qg = pk.pad(q).view(B, S, K, rep, hd).permute(2, 0, 3, 1, 4)
+        s_own = (qg @ k.permute(2, 0, 3, 1)[:, :, None]) * scale
         qp = torch.arange(pos0, pos0 + S)[:, None]
         kp_own = torch.arange(pos0, pos0 + S)[None, :]
         mask = kp_own <= qp
         if W > 0:
             mask = mask & (qp - kp_own < W)
-            s_pre = s_pre.masked_fill(qp - torch.arange(pos0 - P, pos0)[None, :] >= W,
-                                      float("-inf"))
-        a = torch.softmax(torch.cat([s_pre, s_own.masked_fill(~mask, float("-inf"))], -1), -1)
-        o = (a[..., :P].reshape(K, B * rep * S, P) @ vp).view(K, B, rep, S, hd) + \
-            a[..., P:] @ v.permute(2, 0, 1, 3)[:, :, None]
-        return o.permute(1, 3, 0, 2, 4).reshape(B, S, H * hd)
+        s_own = s_own.masked_fill(~mask, float("-inf"))
+        s_own = pk.pack(s_own.permute(1, 3, 0, 2, 4)).permute(1, 2, 0, 3)  # [K, rep, N, S]
+        a = torch.softmax(torch.cat([s_pre, s_own], -1), -1)
+        # split, not two slices: a slice's backward zero-fills a full-size gradient and adds.
+        a_pre, a_own = a.split([P, S], -1)
+        o_pre = (a_pre.reshape(K, rep * N, P) @ vp).view(K, rep, N, hd).permute(2, 0, 1, 3)
+        a_own = pk.pad(a_own.permute(2, 0, 1, 3)).permute(2, 0, 3, 1, 4)  # [K, B, rep, S, S]
+        o_own = pk.pack((a_own @ v.permute(2, 0, 1, 3)[:, :, None]).permute(1, 3, 0, 2, 4))
+        return (o_pre + o_own).reshape(N, H * hd)
 
     def engram(self, tokens, pos0):
         """Per site: keys ek and convolved values ev for positions pos0.. of the full token
@@ -305,58 +343,66 @@ class Needle2(nn.Module):
             out.append((ek[:, pos0 - lo:], ev[:, pos0 - lo:]))
         return out
 
-    def layer(self, X, l, eng, pos0, prev, W):
-        """One layer (§5.1-5.9) on lanes X [B, S, n, D] at positions pos0..; returns the new
-        lanes and this segment's (k, v)."""
+    def layer(self, X, l, eng, pos0, prev, W, pk):
+        """One layer (§5.1-5.9) on the packed lanes X [N, n, D] of a segment at positions
+        pos0..; returns the new lanes and this segment's (k, v)."""
         g = self.g
-        B, S, n, D = X.shape
+        N, n, D = X.shape
         lane = torch.arange(n)
-        xh = rms_unit(X.reshape(B, S, n * D))
+        xh = rms_unit(X.reshape(N, n * D))
         a = xh @ self.p("mhc_phi_pre")[l * n:(l + 1) * n].t()
         off_pre = torch.where(lane == l % n, 4.0, -4.0)
         hpre = torch.sigmoid(self.p("mhc_a_pre")[l] * a + self.p("mhc_b_pre")[l] + off_pre)
-        u = (hpre[..., None] * X).sum(2)
+        u = (hpre[..., None] * X).sum(1)  # Σ_i hpre[i] X[i] (a [1, n] @ [n, D] bmm is slower)
         bx = u
         if l in g.engram_sites:
             ek, ev = eng[g.engram_sites.index(l)]
             alpha = torch.sigmoid((rms_unit(u) * rms_unit(ek)).sum(-1, keepdim=True)
                                   / np.float32(math.sqrt(D)))
             bx = u + alpha * ev
-        x1, kv = self.attention(bx, l, pos0, prev, W)
+        x1, kv = self.attention(bx, l, pos0, prev, W, pk)
         x2 = x1 + self.hmlp(zcrms(x1, self.p("layer%02d.pre_hada" % l)), l)
         y = x2 - u  # not bx: the Engram term stays in y (§10 item 1)
         b = xh @ self.p("mhc_phi_post")[l * n:(l + 1) * n].t()
         off_post = torch.where(lane == l % n, 0.0, -4.0)
         hpost = 2 * torch.sigmoid(self.p("mhc_a_post")[l] * b + self.p("mhc_b_post")[l] + off_post)
         rv = xh @ self.p("mhc_phi_res")[l * n * n:(l + 1) * n * n].t()
-        M = self.p("mhc_a_res")[l] * rv.view(B, S, n, n) + self.p("mhc_b_res")[l]
+        M = self.p("mhc_a_res")[l] * rv.view(N, n, n) + self.p("mhc_b_res")[l]
         P = sinkhorn(M)
-        # Σ_j P[i][j] X[j] as a broadcast sum: a batched 4x4 matmul per position is far slower.
-        X = (P[..., None] * X[:, :, None, :, :]).sum(3) + hpost[..., None] * y[:, :, None, :]
+        # Σ_j P[i][j] X[j] as a batched [n, n] @ [n, D] matmul per token: ~3x faster (forward +
+        # backward) than a broadcast sum over an [N, n, n, D] temporary.
+        X = P @ X + hpost[..., None] * y[:, None, :]
         return X, kv
 
-    def hidden(self, tokens, window=None, prefix=0):
+    def hidden(self, tokens, window=None, prefix=0, lengths=None):
         """Final-normed hidden states [B, S - prefix, D] of positions prefix.. .
 
         tokens int64 [B, S] from position 0. prefix > 0 says every row shares its first
         `prefix` tokens (the prompt's tools block): they run once, as a batch of 1, and the
-        rows attend to their keys (the same numbers as running every row in full)."""
+        rows attend to their keys (the same numbers as running every row in full).
+        lengths [B] (optional): row b's tokens end there (padding after); everything but the
+        attention scores and the Engram convolution then runs on the real tokens only, and
+        padded positions come back as zeros."""
         g = self.g
         D, n = g.d_model, g.mhc_lanes
         W = g.window() if window is None else window
+        B, S = tokens.shape
+        lengths = torch.full((B,), S) if lengths is None else torch.as_tensor(lengths)
         segments = [(tokens[:1, :prefix], 0), (tokens[:, prefix:], prefix)] if prefix else \
             [(tokens, 0)]
         prev = [None] * g.num_layers
         for seg, pos0 in segments:
-            B, S = seg.shape
-            e0 = self.p("embedding")[seg] * np.float32(math.sqrt(D))
-            eng = self.engram(tokens[:B, :pos0 + S], pos0) if g.engram_sites else []
-            X = e0[:, :, None, :].expand(B, S, n, D)
+            Bs, Ss = seg.shape
+            pk = Packing(lengths[:Bs] - pos0, Ss, pos0)
+            e0 = self.p("embedding")[pk.pack(seg)] * np.float32(math.sqrt(D))
+            eng = [(pk.pack(ek), pk.pack(ev)) for ek, ev in
+                   self.engram(tokens[:Bs, :pos0 + Ss], pos0)] if g.engram_sites else []
+            X = e0[:, None, :].expand(-1, n, D)
             for l in range(g.num_layers):
-                X, kv = self.layer(X, l, eng, pos0, prev[l], W)
+                X, kv = self.layer(X, l, eng, pos0, prev[l], W, pk)
                 if pos0 == 0:
                     prev[l] = kv  # the shared prefix's keys for the rows' segment
-        return zcrms(X.mean(2), self.p("final_norm"))
+        return pk.pad(zcrms(X.mean(1), self.p("final_norm")))
 
     def forward(self, tokens, window=None, prefix=0):
         """tokens int64 [B, S] (positions 0..S-1) -> logits [B, S - prefix, V]. window: None

@@ -82,7 +82,8 @@ class Examples:
 
 
 def target_logits(model, tok, want, P):
-    h = model.hidden(tok, prefix=P)  # [B, S - P, D]
+    # PAD (0) only follows a row's end: rows run packed, without their padding
+    h = model.hidden(tok, prefix=P, lengths=(tok != 0).sum(1))  # [B, S - P, D]
     return h[want] @ model.p("embedding").t()
 
 
@@ -95,7 +96,7 @@ def evaluate(model, ex, batch=32):
         for s in range(0, len(ex.rows), batch):
             idx = list(range(s, min(s + batch, len(ex.rows))))
             tok, want, nxt = ex.batch(idx)
-            h = model.hidden(tok, prefix=P)
+            h = model.hidden(tok, prefix=P, lengths=(tok != 0).sum(1))
             logits = h @ model.p("embedding").t()
             for b, i in enumerate(idx):
                 lg, t = logits[b][want[b]], nxt[b][want[b]]
