@@ -43,7 +43,8 @@ inline DVec load_wide(const float *p) {
 #elif defined(__AVX__)
     return DVec(_mm256_cvtps_pd(_mm_loadu_ps(p)));
 #elif defined(__SSE2__)
-    return DVec(_mm_cvtps_pd(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double *>(p)))));
+    // movq through __m128i: p is only float-aligned, so no double load (UB, and UBSan says so).
+    return DVec(_mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)))));
 #elif defined(__ARM_NEON) && defined(__aarch64__)
     return DVec(vcvt_f64_f32(vld1_f32(p)));
 #else
