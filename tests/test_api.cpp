@@ -5,8 +5,10 @@
 #include <doctest/doctest.h>
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -705,6 +707,12 @@ TEST_CASE("api: loading errors: IO, FORMAT and UNSUPPORTED with specific message
         CHECK(m == nullptr);
         m = kSentinelModel;
         EXPECT_FAIL(NEEDLE_E_IO, needle_model_load_file(missing.c_str(), &p, &m), "no_such_model.cact");
+        CHECK(m == nullptr);
+        // A FIFO with no writer: refused at once (a blocking open would hang here).
+        const std::string fifo = tmp.path + "/pipe.cact";
+        REQUIRE((::mkfifo(fifo.c_str(), 0600) == 0 || errno == EEXIST));
+        m = kSentinelModel;
+        EXPECT_FAIL(NEEDLE_E_IO, needle_model_load_file(fifo.c_str(), &p, &m), "not a regular file");
         CHECK(m == nullptr);
     }
 

@@ -27,7 +27,9 @@ struct Fd {
 }  // namespace
 
 std::shared_ptr<const FileBytes> FileBytes::open(const char *path, bool use_mmap) {
-    Fd f{::open(path, O_RDONLY | O_CLOEXEC)};
+    // O_NONBLOCK: opening a FIFO (or a device that waits) would otherwise block until a writer
+    // comes; it has no effect on a regular file, and anything else is refused just below.
+    Fd f{::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
     if (f.fd < 0) fail(NEEDLE_E_IO, strf("cannot open '%s': %s", path, std::strerror(errno)));
     struct stat st;
     if (::fstat(f.fd, &st) != 0) fail(NEEDLE_E_IO, strf("cannot stat '%s': %s", path, std::strerror(errno)));
