@@ -132,4 +132,26 @@ void mhc_scatter(float a_post, const float *b_post, const float *p_post, const f
     }
 }
 
+void lane_mean(const float *X, uint32_t N, uint32_t d, float *mean) {
+    for (uint32_t c = 0; c < d; ++c) {
+        float sum = 0.0f;
+        for (uint32_t k = 0; k < N; ++k) sum += X[size_t(k) * d + c];
+        mean[c] = sum / float(N);
+    }
+}
+
+void lm_head_rows(const CqMatrix &head, uint32_t out_rows, const float *x, size_t x_stride, uint32_t n, float *y,
+                  size_t y_floats, float *const *logits) {
+    const uint32_t fit = uint32_t(std::min<size_t>(n, y_floats / out_rows));
+    if (fit < 2) {
+        for (uint32_t i = 0; i < n; ++i) cq_matmul(head, x + i * x_stride, x_stride, 1, 0, out_rows, logits[i], out_rows);
+        return;
+    }
+    for (uint32_t b = 0; b < n; b += fit) {
+        const uint32_t m = std::min(fit, n - b);
+        cq_matmul(head, x + b * x_stride, x_stride, m, 0, out_rows, y, out_rows);
+        for (uint32_t i = 0; i < m; ++i) std::memcpy(logits[b + i], y + size_t(i) * out_rows, sizeof(float) * out_rows);
+    }
+}
+
 }  // namespace needle

@@ -99,4 +99,16 @@ void mhc_routing(float a_res, const float *b_res, uint32_t N, uint32_t n, float 
 void mhc_scatter(float a_post, const float *b_post, const float *p_post, const float *R, uint32_t active,
                  const float *y, uint32_t N, uint32_t D, float *X, float *Xs);
 
+// Mean over the N lanes of X [N][d] into mean[d] (model-v2.md §3 step 6, model-v3.md §1.4;
+// also Needle 3's confidence cell): lanes summed in order 0..N-1, then divided by N.
+void lane_mean(const float *X, uint32_t N, uint32_t d, float *mean);
+
+// Tied LM head of n prepared rows (x + i * x_stride, head.cols_pad floats each) into logits[i]
+// (out_rows floats each), each embedding group decoded once per pass: products go to the
+// scratch y (y_floats floats), as many rows per pass as fit, then are copied out; with room for
+// fewer than 2 rows each row goes straight to its logits. Per row the bits of a one-row call
+// (cq_matmul does not depend on the row count).
+void lm_head_rows(const CqMatrix &head, uint32_t out_rows, const float *x, size_t x_stride, uint32_t n, float *y,
+                  size_t y_floats, float *const *logits);
+
 }  // namespace needle

@@ -591,12 +591,7 @@ void Needle2Model::block_tail(Work &w, uint32_t l, uint32_t i) const {
 // Step 6 input of row i: the prepared zcrms(mean of lanes; final_norm) into hfh[D_pad].
 void Needle2Model::lm_input(Work &w, uint32_t i, float *hfh) const {
     const Needle2Geometry &g = g_;
-    const float *X = w.X + size_t(i) * g.nD;
-    for (uint32_t c = 0; c < g.D; ++c) {
-        float sum = 0.0f;
-        for (uint32_t k = 0; k < g.n; ++k) sum += X[size_t(k) * g.D + c];
-        w.hf[c] = sum / float(g.n);
-    }
+    lane_mean(w.X + size_t(i) * g.nD, g.n, g.D, w.hf);
     zcrms(w.hf, final_norm_, g.D, w.hf);
     cq_prepare_input(w.hf, g.D, g.D_pad, g.G, hfh);
 }
@@ -607,25 +602,12 @@ void Needle2Model::lm_head(Work &w, uint32_t i, float *logits) const {
     cq_matmul(embedding_, w.hfh, g_.D_pad, 1, 0, g_.V, logits, g_.V);
 }
 
-// Step 6 of rows 0..n-1 into logits[i], each embedding group decoded once per pass: the inputs
-// go to w.hAh (free after the last layer); the products to the scratch before w.hAh (free too),
-// as many rows per pass as fit there, then into the caller's buffers. Per row the same bits as
-// lm_head (cq_matmul does not depend on the row count).
+// Step 6 of rows 0..n-1 into logits[i]: the inputs go to w.hAh (free after the last layer), the
+// products to the scratch before it (free too).
 void Needle2Model::lm_head_many(Work &w, uint32_t n, float *const *logits) const {
     const Needle2Geometry &g = g_;
     for (uint32_t i = 0; i < n; ++i) lm_input(w, i, w.hAh + size_t(i) * g.D_pad);
-    const uint32_t fit = uint32_t(std::min<size_t>(n, size_t(w.hAh - w.buf.data()) / g.V));
-    if (fit < 2) {
-        for (uint32_t i = 0; i < n; ++i)
-            cq_matmul(embedding_, w.hAh + size_t(i) * g.D_pad, g.D_pad, 1, 0, g.V, logits[i], g.V);
-        return;
-    }
-    float *y = w.buf.data();
-    for (uint32_t b = 0; b < n; b += fit) {
-        const uint32_t m = std::min(fit, n - b);
-        cq_matmul(embedding_, w.hAh + size_t(b) * g.D_pad, g.D_pad, m, 0, g.V, y, g.V);
-        for (uint32_t i = 0; i < m; ++i) std::memcpy(logits[b + i], y + size_t(i) * g.V, sizeof(float) * g.V);
-    }
+    lm_head_rows(embedding_, g.V, w.hAh, g.D_pad, n, w.buf.data(), size_t(w.hAh - w.buf.data()), logits);
 }
 
 }  // namespace needle

@@ -712,23 +712,14 @@ void Needle3Model::block_tail(Work &w, uint32_t li, uint32_t i) const {
                 w.Xs + size_t(i) * g.nd);
     float *cell = w.cell + size_t(i) * D;  // confidence cell: mean over lanes after the layer
     if (has_conf_) {  // cheap; pool_cells skips it for a state that does not pool
-        for (uint32_t c = 0; c < D; ++c) {
-            float sm = 0.0f;
-            for (uint32_t k = 0; k < N; ++k) sm += X[size_t(k) * D + c];
-            cell[c] = sm / float(N);
-        }
+        lane_mean(X, N, D, cell);
     }
 }
 
 // §1.4 input of row i: the prepared zc(mean of lanes; final_norm) into hfh[cols_pad].
 void Needle3Model::lm_input(Work &w, uint32_t i, float *hfh) const {
     const Needle3Geometry &g = g_;
-    const float *X = w.X + size_t(i) * g.nd;
-    for (uint32_t c = 0; c < g.d; ++c) {
-        float sum = 0.0f;
-        for (uint32_t k = 0; k < g.n; ++k) sum += X[size_t(k) * g.d + c];
-        w.hf[c] = sum / float(g.n);
-    }
+    lane_mean(w.X + size_t(i) * g.nd, g.n, g.d, w.hf);
     zcrms(w.hf, final_norm_, g.d, w.hf);
     cq_prepare_input(w.hf, g.d, embedding_.cols_pad, embedding_.group, hfh);
 }
@@ -739,24 +730,11 @@ void Needle3Model::lm_head(Work &w, uint32_t i, float *logits) const {
     cq_matmul(embedding_, w.hfh, embedding_.cols_pad, 1, 0, g_.OV, logits, g_.OV);
 }
 
-// §1.4 of rows 0..n-1 into logits[i], each embedding group decoded once per pass: inputs in w.hh
-// (free after the last layer, pd >= cols_pad), products in the scratch before it (free too), as
-// many rows per pass as fit, then copied out. Per row the bits of lm_head.
+// §1.4 of rows 0..n-1 into logits[i]: inputs in w.hh (free after the last layer, pd >= cols_pad),
+// products in the scratch before it (free too).
 void Needle3Model::lm_head_many(Work &w, uint32_t n, float *const *logits) const {
-    const Needle3Geometry &g = g_;
     for (uint32_t i = 0; i < n; ++i) lm_input(w, i, w.hh + i * w.pd);
-    const uint32_t fit = uint32_t(std::min<size_t>(n, size_t(w.hh - w.buf.data()) / g.OV));
-    if (fit < 2) {
-        for (uint32_t i = 0; i < n; ++i)
-            cq_matmul(embedding_, w.hh + i * w.pd, w.pd, 1, 0, g.OV, logits[i], g.OV);
-        return;
-    }
-    float *y = w.buf.data();
-    for (uint32_t b = 0; b < n; b += fit) {
-        const uint32_t m = std::min(fit, n - b);
-        cq_matmul(embedding_, w.hh + b * w.pd, w.pd, m, 0, g.OV, y, g.OV);
-        for (uint32_t i = 0; i < m; ++i) std::memcpy(logits[b + i], y + size_t(i) * g.OV, sizeof(float) * g.OV);
-    }
+    lm_head_rows(embedding_, g_.OV, w.hh, w.pd, n, w.buf.data(), size_t(w.hh - w.buf.data()), logits);
 }
 
 }  // namespace needle
