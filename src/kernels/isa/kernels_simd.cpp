@@ -443,7 +443,10 @@ void lanes_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n
                 const float *x = xh + p0 * xh_stride + size_t(g) * w.group;
                 uint32_t p = 0;
                 for (; p + kPos <= P; p += kPos) lanes_tile_pass<kPos>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
-                for (; p < P; ++p) lanes_tile_pass<1>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
+                // The rest in pairs: a single position has kAcc dependency chains only (one FMA
+                // per FMA latency / kAcc cycles), two keep both FMA ports busy.
+                for (; p + 2 <= P; p += 2) lanes_tile_pass<2>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
+                if (p < P) lanes_tile_pass<1>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
             }
             for (uint32_t p = 0; p < P; ++p) lanes_store(tot[p], lo - b * RB, hi - lo, yb + (p0 + p) * y_stride);
         }
