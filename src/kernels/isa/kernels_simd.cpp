@@ -409,6 +409,10 @@ inline void lanes_tile_pass(const float *tile, uint32_t n, const float *nrm, con
 
 // Rows [lo, hi) of block b's totals (lanes lo - b*RB ..) into y (row lo at y[0]).
 inline void lanes_store(lanes::F tot, uint32_t lane0, uint32_t n, float *y) {
+    if (n == lanes::RB) {  // a whole block (lane0 == 0): one store, not RB scalar copies
+        lanes::storeu(y, tot);
+        return;
+    }
     alignas(64) float t[lanes::RB];
     lanes::store(t, tot);
     for (uint32_t i = 0; i < n; ++i) y[i] = t[lane0 + i];
