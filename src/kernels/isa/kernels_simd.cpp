@@ -409,6 +409,10 @@ inline void lanes_tile_pass(const float *tile, uint32_t n, const float *nrm, con
 
 // Rows [lo, hi) of block b's totals (lanes lo - b*RB ..) into y (row lo at y[0]).
 inline void lanes_store(lanes::F tot, uint32_t lane0, uint32_t n, float *y) {
+    if (n == lanes::RB) {  // a whole block (lane0 == 0): one store, not RB scalar copies
+        lanes::storeu(y, tot);
+        return;
+    }
     alignas(64) float t[lanes::RB];
     lanes::store(t, tot);
     for (uint32_t i = 0; i < n; ++i) y[i] = t[lane0 + i];
@@ -443,7 +447,10 @@ void lanes_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n
                 const float *x = xh + p0 * xh_stride + size_t(g) * w.group;
                 uint32_t p = 0;
                 for (; p + kPos <= P; p += kPos) lanes_tile_pass<kPos>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
-                for (; p < P; ++p) lanes_tile_pass<1>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
+                // The rest in pairs: a single position has kAcc dependency chains only (one FMA
+                // per FMA latency / kAcc cycles), two keep both FMA ports busy.
+                for (; p + 2 <= P; p += 2) lanes_tile_pass<2>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
+                if (p < P) lanes_tile_pass<1>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
             }
             for (uint32_t p = 0; p < P; ++p) lanes_store(tot[p], lo - b * RB, hi - lo, yb + (p0 + p) * y_stride);
         }

@@ -19,6 +19,7 @@ inline F add(F a, F b) { return _mm512_add_ps(a, b); }
 template <int S>
 inline I srl(I v) { return _mm512_srli_epi32(v, S); }
 inline void store(float *p, F v) { _mm512_store_ps(p, v); }
+inline void storeu(float *p, F v) { _mm512_storeu_ps(p, v); }
 
 // The level of each lane's low index field. vpermps reads the low 4 bits, so the 16-entry
 // table repeats a 4- or 8-level book; 3-bit indices are stored in nibbles whose top bit is 0.
@@ -50,6 +51,7 @@ inline F add(F a, F b) { return _mm256_add_ps(a, b); }
 template <int S>
 inline I srl(I v) { return _mm256_srli_epi32(v, S); }
 inline void store(float *p, F v) { _mm256_store_ps(p, v); }
+inline void storeu(float *p, F v) { _mm256_storeu_ps(p, v); }
 
 // vpermps reads the low 3 bits: a 4-level book is stored twice, an 8-level book once; a 16-level
 // book (Wide) takes two permutes and bit 3 of the nibble picks the upper half.
