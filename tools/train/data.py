@@ -610,7 +610,7 @@ def main():
     ap.add_argument("--train", type=int, default=40000)
     ap.add_argument("--test", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--gen", default="compose", choices=["compose", "v2"],
+    ap.add_argument("--gen", default="compose", choices=["compose", "noisy", "v2"],
                     help="compose: the compositional generator (compose.py); v2: this file's "
                          "templates (the second demo model's data)")
     ap.add_argument("--old-heldout", default=os.path.join(ROOT, "models", "needle-demo.heldout-v2.json"),
@@ -622,9 +622,9 @@ def main():
     tt = tools_json(tools)
     for name, n, test in (("train", args.train, False), ("test", args.test, True)):
         rng = random.Random(args.seed * 1000 + int(test))
-        if args.gen == "compose":
+        if args.gen != "v2":
             import compose
-            g = compose.ComposeGen(rng, test)
+            g = compose.ComposeGen(rng, test, args.gen == "noisy")
         else:
             g = Gen(rng, test)
         rows = [g.example() for _ in range(n)]

@@ -120,6 +120,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--wd", type=float, default=0.01, help="AdamW weight decay of the matrices")
     ap.add_argument("--init", default="", help="start from this checkpoint's weights")
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--eval-n", type=int, default=300)
@@ -152,7 +153,7 @@ def main():
           flush=True)
     decay = [p for n, p in zip(model.names, model.params) if len(p.shape) == 2]
     rest = [p for n, p in zip(model.names, model.params) if len(p.shape) != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
                              {"params": rest, "weight_decay": 0.0}], lr=args.lr,
                             betas=(0.9, 0.98))
     warm = min(args.warmup, args.steps // 10 + 1)

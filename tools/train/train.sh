@@ -18,7 +18,9 @@
 # accuracy on the held-out split and on the previous model's held-out file (OUT/old/).
 #
 # Environment: OUT (output dir, default build/train), STEPS (default 5200), STOP (default
-# STEPS), TRAIN (training examples, default STEPS x 32), SEED (default 1),
+# STEPS), TRAIN (training examples, default STEPS x 32), SEED (default 1), GEN (data.py's
+# generator, default compose; noisy = compose.py with noise.py's word noise and composed
+# wrappers, round 5), WD (AdamW weight decay, default 0.01; round 5 tried 0.1),
 # THREADS (torch threads, default 1: on a shared, oversubscribed machine two OpenMP threads ran
 # >4x slower than one), MINUTES (wall-clock budget of the training step, default 53; 0 = steps
 # only, deterministic), PYTHON (Debian's python3). Training runs at the caller's priority; the
@@ -33,6 +35,8 @@ STOP=${STOP:-$STEPS}
 MINUTES=${MINUTES:-53}
 TRAIN=${TRAIN:-$((STEPS * 32))}
 SEED=${SEED:-1}
+WD=${WD:-0.01}
+GEN=${GEN:-compose}
 THREADS=${THREADS:-1}
 export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS PYTHON=$PY
 
@@ -44,13 +48,13 @@ mkdir -p "$OUT"
 echo "== 1/5 the PyTorch model against the fixtures and the engine"
 "$PY" tools/train/test_parity.py --engine
 echo "== 2/5 data"
-"$PY" tools/train/data.py --out "$OUT" --seed "$SEED" --train "$TRAIN"
+"$PY" tools/train/data.py --out "$OUT" --seed "$SEED" --train "$TRAIN" --gen "$GEN"
 echo "== 3/5 tokenizer"
 "$PY" tools/train/tokenizer.py --corpus "$OUT/corpus.txt" --vocab 1024 --out "$OUT/tok"
 echo "== 4/5 training ($STOP steps of a $STEPS-step cosine)"
 "$PY" tools/train/train.py --data "$OUT" --out "$OUT/ckpt.pt" --steps "$STEPS" --stop "$STOP" \
   --minutes "$MINUTES" \
-  --batch 32 --lr 3e-3 --warmup 50 --eval-every 200 --eval-n 150 \
+  --batch 32 --lr 3e-3 --warmup 50 --wd "$WD" --eval-every 200 --eval-n 150 \
   --seed "$SEED" --threads "$THREADS" | tee "$OUT/train.log"
 last=$(ls "$OUT"/ckpt.pt.step* | sed 's/.*step//' | sort -n | tail -1)
 echo "== 5/5 export"
