@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu_features.h"
@@ -296,33 +297,52 @@ TEST_CASE("kernels: pool_probe gives the scalar bits in every ISA, in one call o
             }
 }
 
-TEST_CASE("kernels: attention_head (f32 and int8 rings, wrapped) matches scalar") {
+// A group of `rows` queries through table t; each output row of the group must have the bits the
+// same query gets alone (rows = 1) from t.
+template <class T>
+static void check_attention_group(const KernelTable &t, const KernelTable &ref_t, const std::vector<float> &q,
+                                  uint32_t rows, const KvRing<T> &kr, const KvRing<T> &vr, uint32_t lo, uint32_t hi) {
+    const uint32_t dim = kr.dim, ring = kr.ring, qs = dim + 3, ss = ring + 5, os = dim + 1;  // padded strides
+    std::vector<float> sa(size_t(rows) * ss, 0.0f), oa(size_t(rows) * os, 5.0f), s1(ring), o1(dim), sb(ring), ob(dim);
+    auto run = [&](const KernelTable &k, const float *qq, size_t q_stride, uint32_t n, float *sc, size_t s_stride,
+                   float *o, size_t o_stride) {
+        if constexpr (std::is_same_v<T, int8_t>) k.attention_rows_i8(qq, q_stride, n, kr, vr, lo, hi, sc, s_stride, o, o_stride);
+        else k.attention_rows(qq, q_stride, n, kr, vr, lo, hi, sc, s_stride, o, o_stride);
+    };
+    run(t, q.data(), qs, rows, sa.data(), ss, oa.data(), os);
+    for (uint32_t r = 0; r < rows; ++r) {
+        INFO("row " << r << " of " << rows);
+        run(t, q.data() + size_t(r) * qs, 0, 1, s1.data(), 0, o1.data(), 0);
+        run(ref_t, q.data() + size_t(r) * qs, 0, 1, sb.data(), 0, ob.data(), 0);
+        CHECK(std::memcmp(oa.data() + size_t(r) * os, o1.data(), sizeof(float) * dim) == 0);
+        CHECK(rel_err(o1.data(), ob.data(), dim) < kTol);
+        CHECK(oa[size_t(r) * os + dim] == 5.0f);  // the stride gap is not written
+    }
+}
+
+TEST_CASE("kernels: attention_rows (GQA groups, f32 and int8 rings, wrapped) matches scalar, each row alone") {
     std::mt19937 rng(4);
     std::uniform_int_distribution<int> i8(-127, 127);
     for (const KernelTable *k : vector_tables())
         for (const uint32_t dim : {4u, 9u, 16u, 33u, 64u, 72u, 128u})
-            for (const uint32_t ring : {1u, 7u, 40u}) {
-                // Keys lo..hi: the whole ring, ending past its end (wrap-around).
-                const uint32_t hi = ring + ring / 2 + 2, lo = hi + 1 - ring;
-                INFO(k->isa << " dim " << dim << " ring " << ring << " keys " << lo << ".." << hi);
-                const std::vector<float> q = randn(rng, dim), kf = randn(rng, size_t(ring) * dim),
-                                         vf = randn(rng, size_t(ring) * dim);
-                std::vector<int8_t> k8(size_t(ring) * dim), v8(size_t(ring) * dim);
-                for (int8_t &x : k8) x = int8_t(i8(rng));
-                for (int8_t &x : v8) x = int8_t(i8(rng));
-                const std::vector<float> ks = randn(rng, ring, 0.01f), vs = randn(rng, ring, 0.01f);
-                std::vector<float> sa(ring, 0.0f), sb(ring, 0.0f), oa(dim, 5.0f), ob(dim, -5.0f);
-                const KvRing<float> kr{kf.data(), nullptr, dim, ring}, vr{vf.data(), nullptr, dim, ring};
-                k->attention_head(q.data(), kr, vr, lo, hi, sa.data(), oa.data());
-                ref().attention_head(q.data(), kr, vr, lo, hi, sb.data(), ob.data());
-                CHECK(rel_err(oa.data(), ob.data(), dim) < kTol);
-                // Each int8 row ends the allocation exactly: a kernel reading past a row's end
-                // shows under ASan (x86) here.
-                const KvRing<int8_t> k8r{k8.data(), ks.data(), dim, ring}, v8r{v8.data(), vs.data(), dim, ring};
-                k->attention_head_i8(q.data(), k8r, v8r, lo, hi, sa.data(), oa.data());
-                ref().attention_head_i8(q.data(), k8r, v8r, lo, hi, sb.data(), ob.data());
-                CHECK(rel_err(oa.data(), ob.data(), dim) < kTol);
-            }
+            for (const uint32_t ring : {1u, 7u, 40u})
+                for (const uint32_t rows : {1u, 2u, 3u, 5u, 17u}) {
+                    // Keys lo..hi: the whole ring, ending past its end (wrap-around).
+                    const uint32_t hi = ring + ring / 2 + 2, lo = hi + 1 - ring;
+                    INFO(k->isa << " dim " << dim << " ring " << ring << " keys " << lo << ".." << hi << " rows " << rows);
+                    const std::vector<float> q = randn(rng, size_t(rows) * (dim + 3)),
+                                             kf = randn(rng, size_t(ring) * dim), vf = randn(rng, size_t(ring) * dim);
+                    std::vector<int8_t> k8(size_t(ring) * dim), v8(size_t(ring) * dim);
+                    for (int8_t &x : k8) x = int8_t(i8(rng));
+                    for (int8_t &x : v8) x = int8_t(i8(rng));
+                    const std::vector<float> ks = randn(rng, ring, 0.01f), vs = randn(rng, ring, 0.01f);
+                    check_attention_group(*k, ref(), q, rows, KvRing<float>{kf.data(), nullptr, dim, ring},
+                                          KvRing<float>{vf.data(), nullptr, dim, ring}, lo, hi);
+                    // Each int8 row ends the allocation exactly: a kernel reading past a row's end
+                    // shows under ASan (x86) here.
+                    check_attention_group(*k, ref(), q, rows, KvRing<int8_t>{k8.data(), ks.data(), dim, ring},
+                                          KvRing<int8_t>{v8.data(), vs.data(), dim, ring}, lo, hi);
+                }
 }
 
 // NEEDLE_EXPECT_CPU_FEATURES="asimddp -sve" (names present, "-name" absent) checks the detection

@@ -345,11 +345,20 @@ void pool_probe(const float *q, const float *cells, size_t cell_stride, const ui
 }
 void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> &v, uint32_t lo, uint32_t hi,
                     float *scores, float *out) {
-    active_kernels().attention_head(q, k, v, lo, hi, scores, out);
+    active_kernels().attention_rows(q, 0, 1, k, v, lo, hi, scores, 0, out, 0);
 }
 void attention_head(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t> &v, uint32_t lo, uint32_t hi,
                     float *scores, float *out) {
-    active_kernels().attention_head_i8(q, k, v, lo, hi, scores, out);
+    active_kernels().attention_rows_i8(q, 0, 1, k, v, lo, hi, scores, 0, out, 0);
+}
+void attention_rows(const float *q, size_t q_stride, uint32_t rows, const KvRing<float> &k, const KvRing<float> &v,
+                    uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out, size_t o_stride) {
+    active_kernels().attention_rows(q, q_stride, rows, k, v, lo, hi, scores, s_stride, out, o_stride);
+}
+void attention_rows(const float *q, size_t q_stride, uint32_t rows, const KvRing<int8_t> &k,
+                    const KvRing<int8_t> &v, uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out,
+                    size_t o_stride) {
+    active_kernels().attention_rows_i8(q, q_stride, rows, k, v, lo, hi, scores, s_stride, out, o_stride);
 }
 
 void quantize_i8(const float *x, uint32_t n, int8_t *q, float *scale) {

@@ -22,10 +22,10 @@ struct KernelTable {
     void (*rms_unit)(const float *, uint32_t, float *);
     void (*zcrms)(const float *, const float *, uint32_t, float *);
     void (*rope)(float *, uint32_t, const float *, const float *);
-    void (*attention_head)(const float *, const KvRing<float> &, const KvRing<float> &, uint32_t, uint32_t,
-                           float *, float *);
-    void (*attention_head_i8)(const float *, const KvRing<int8_t> &, const KvRing<int8_t> &, uint32_t,
-                              uint32_t, float *, float *);
+    void (*attention_rows)(const float *, size_t, uint32_t, const KvRing<float> &, const KvRing<float> &, uint32_t,
+                           uint32_t, float *, size_t, float *, size_t);
+    void (*attention_rows_i8)(const float *, size_t, uint32_t, const KvRing<int8_t> &, const KvRing<int8_t> &,
+                              uint32_t, uint32_t, float *, size_t, float *, size_t);
     void (*sinkhorn)(float *, uint32_t, uint32_t);
     void (*silu)(const float *, uint32_t, float *);
     void (*pool_probe)(const float *, const float *, size_t, const uint32_t *, uint32_t, uint32_t, double, double *);

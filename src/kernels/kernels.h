@@ -90,6 +90,16 @@ void attention_head(const float *q, const KvRing<float> &k, const KvRing<float> 
 void attention_head(const float *q, const KvRing<int8_t> &k, const KvRing<int8_t> &v, uint32_t lo,
                     uint32_t hi, float *scores, float *out);
 
+// `rows` queries sharing one KV ring and one key range (the query heads of a GQA group at one
+// position): query r at q + r * q_stride, its scores at scores + r * s_stride (hi - lo + 1
+// floats), its output at out + r * o_stride. Query r gets the bits attention_head gives it;
+// the SIMD kernels read each key block once for the whole group.
+void attention_rows(const float *q, size_t q_stride, uint32_t rows, const KvRing<float> &k, const KvRing<float> &v,
+                    uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out, size_t o_stride);
+void attention_rows(const float *q, size_t q_stride, uint32_t rows, const KvRing<int8_t> &k,
+                    const KvRing<int8_t> &v, uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out,
+                    size_t o_stride);
+
 // Symmetric int8 of x[0..n): scale = max|x| / 127 (0 for an all-zero x), q[i] = round(x[i] / scale)
 // to nearest, ties away from zero. The same code for every ISA, so an int8 cache is identical
 // whichever kernels wrote it.

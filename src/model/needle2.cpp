@@ -497,18 +497,20 @@ void Needle2Model::qk_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i)
     }
 }
 
-// Attention of head r for row i at position p of s (own scores row, own output slice).
-void Needle2Model::attend(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i, uint32_t r) const {
+// Attention of the query heads of KV group kv (heads kv * H/K ..) for row i at position p of
+// s, in one kernel call that reads the group's keys once (each head: own scores row, own
+// output slice, the bits it gets alone).
+void Needle2Model::attend(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i, uint32_t kv) const {
     const Needle2Geometry &g = g_;
-    const uint32_t kv = r / (g.H / g.K), lo = s.kvl.lo(p);  // visible keys: kv_layout.h
+    const uint32_t G = g.H / g.K, r = kv * G, lo = s.kvl.lo(p);  // visible keys: kv_layout.h
     const float *q = w.q + size_t(i) * g.A + r * g.hd;
     float *o = w.o + size_t(i) * g.A + r * g.hd, *scores = w.scores + size_t(r) * g.Tmax;
     if (s.kv_type == KvType::INT8)
-        attention_head(q, s.ring_of(g, l, kv, false, s.kv8.data(), s.kv_scale.data()),
-                       s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, scores, o);
+        attention_rows(q, g.hd, G, s.ring_of(g, l, kv, false, s.kv8.data(), s.kv_scale.data()),
+                       s.ring_of(g, l, kv, true, s.kv8.data(), s.kv_scale.data()), lo, p, scores, g.Tmax, o, g.hd);
     else
-        attention_head(q, s.ring_of<float>(g, l, kv, false, s.kv.data(), nullptr),
-                       s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, scores, o);
+        attention_rows(q, g.hd, G, s.ring_of<float>(g, l, kv, false, s.kv.data(), nullptr),
+                       s.ring_of<float>(g, l, kv, true, s.kv.data(), nullptr), lo, p, scores, g.Tmax, o, g.hd);
 }
 
 // Output gate of row i and the prepared input of out_proj.
@@ -520,7 +522,7 @@ void Needle2Model::gate_out(Work &w, uint32_t i) const {
     cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);
 }
 
-// Heads are independent (own scores, own output): split over the arena's threads once the keys
+// KV groups are independent (own scores, own output): split over the arena's threads once the keys
 // are many enough to pay for it (needle2 at 64+ keys: >= 2^16 multiply-adds).
 constexpr uint64_t kParallelAttention = uint64_t(1) << 16;
 
@@ -533,19 +535,19 @@ void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t 
         const uint32_t p = p0 + j, i = i0 + j;  // position, workspace row
         qk_store(s, w, l, p, i);
         if (uint64_t(g.H) * (p - s.kvl.lo(p) + 1) * (2 * g.hd) >= kParallelAttention)
-            parallel_for(0, g.H, 1, [&](uint32_t b, uint32_t e) {
-                for (uint32_t r = b; r != e; ++r) attend(s, w, l, p, i, r);
+            parallel_for(0, g.K, 1, [&](uint32_t b, uint32_t e) {
+                for (uint32_t kv = b; kv != e; ++kv) attend(s, w, l, p, i, kv);
             });
         else
-            for (uint32_t r = 0; r < g.H; ++r) attend(s, w, l, p, i, r);
+            for (uint32_t kv = 0; kv < g.K; ++kv) attend(s, w, l, p, i, kv);
         gate_out(w, i);
     }
 }
 
 // 5.5 for a needle_decode_many step: parts of one position each, of distinct sequences, so no
-// cache write is read by another row: every row's K/V is stored first, then all heads of all
-// rows run in one parallel region (one fork/join per layer, not one per sequence; thread r
-// reuses scores row r), then the gates. Per row the bits of attention().
+// cache write is read by another row: every row's K/V is stored first, then all KV groups of
+// all rows run in one parallel region (one fork/join per layer, not one per sequence; group kv
+// reuses the scores rows of its heads), then the gates. Per row the bits of attention().
 void Needle2Model::attention_many(const Part *parts, uint32_t np, Work &w, uint32_t l) const {
     const Needle2Geometry &g = g_;
     uint64_t macs = 0;
@@ -553,12 +555,12 @@ void Needle2Model::attention_many(const Part *parts, uint32_t np, Work &w, uint3
         qk_store(*pt->s, w, l, pt->p0, pt->i0);
         macs += uint64_t(g.H) * (pt->p0 - pt->s->kvl.lo(pt->p0) + 1) * (2 * g.hd);
     }
-    auto heads = [&](uint32_t b, uint32_t e) {  // sequence outer: heads of a KV group reuse its keys in cache
+    auto groups = [&](uint32_t b, uint32_t e) {
         for (const Part *pt = parts; pt != parts + np; ++pt)
-            for (uint32_t r = b; r != e; ++r) attend(*pt->s, w, l, pt->p0, pt->i0, r);
+            for (uint32_t kv = b; kv != e; ++kv) attend(*pt->s, w, l, pt->p0, pt->i0, kv);
     };
-    if (macs >= kParallelAttention) parallel_for(0, g.H, 1, heads);
-    else heads(0, g.H);
+    if (macs >= kParallelAttention) parallel_for(0, g.K, 1, groups);
+    else groups(0, g.K);
     for (const Part *pt = parts; pt != parts + np; ++pt) gate_out(w, pt->i0);
 }
 

@@ -601,21 +601,23 @@ void Needle3Model::qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i
     }
 }
 
-// §1.3 step 7, head r of row i at position p of s (keys lo..p through slot j % slots), with
-// `scores` its own scratch row.
-void Needle3Model::attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t r, float *scores) const {
+// §1.3 step 7, the query heads of KV group kv (heads kv * H/G ..) of row i at position p of s
+// (keys lo..p through slot j % slots) in one kernel call that reads the group's keys once;
+// head r's scratch row is scores + r * s_stride.
+void Needle3Model::attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t kv, float *scores,
+                          size_t s_stride) const {
     const Needle3Geometry &g = g_;
     const Rings rg(s, g, li);
-    const uint32_t lo = s.kvl[li].lo(p), slots = rg.slots;
-    const size_t kr = size_t(r / (g.H / g.G)) * slots;
+    const uint32_t lo = s.kvl[li].lo(p), slots = rg.slots, per = g.H / g.G, r = kv * per;
+    const size_t kr = size_t(kv) * slots;
     const float *q = w.qc + size_t(i) * g.qd + r * g.dq;
-    float *o = w.o + size_t(i) * g.od + r * g.dv;
+    float *o = w.o + size_t(i) * g.od + r * g.dv, *sc = scores + r * s_stride;
     if (rg.k8)
-        attention_head(q, KvRing<int8_t>{rg.k8 + kr * g.dq, rg.ks + kr, g.dq, slots},
-                       KvRing<int8_t>{rg.v8 + kr * g.dv, rg.vs + kr, g.dv, slots}, lo, p, scores, o);
+        attention_rows(q, g.dq, per, KvRing<int8_t>{rg.k8 + kr * g.dq, rg.ks + kr, g.dq, slots},
+                       KvRing<int8_t>{rg.v8 + kr * g.dv, rg.vs + kr, g.dv, slots}, lo, p, sc, s_stride, o, g.dv);
     else
-        attention_head(q, KvRing<float>{rg.kf + kr * g.dq, nullptr, g.dq, slots},
-                       KvRing<float>{rg.vf + kr * g.dv, nullptr, g.dv, slots}, lo, p, scores, o);
+        attention_rows(q, g.dq, per, KvRing<float>{rg.kf + kr * g.dq, nullptr, g.dq, slots},
+                       KvRing<float>{rg.vf + kr * g.dv, nullptr, g.dv, slots}, lo, p, sc, s_stride, o, g.dv);
 }
 
 void Needle3Model::gate_out(Work &w, uint32_t i) const {
@@ -624,7 +626,7 @@ void Needle3Model::gate_out(Work &w, uint32_t i) const {
     for (uint32_t c = 0; c < g_.od; ++c) o[c] *= sigmoid(gl[c]);
 }
 
-// Heads split over the arena's threads once the keys are many enough to pay for it.
+// KV groups split over the arena's threads once the keys are many enough to pay for it.
 constexpr uint64_t kParallelAttention3 = uint64_t(1) << 16;
 
 // §1.3 steps 4-7 of the part's positions, strictly in position order (a ring slot is rewritten
@@ -636,17 +638,17 @@ void Needle3Model::attention(const Part &pa, Work &w, uint32_t li) const {
     for (uint32_t j = 0; j < pa.n; ++j) {
         const uint32_t p = pa.p0 + j, i = pa.i0 + j;  // position, workspace row
         qk_store(s, w, li, p, i);
-        auto heads = [&](uint32_t b, uint32_t e) {
-            for (uint32_t r = b; r < e; ++r) attend(s, w, li, p, i, r, w.scores + size_t(r) * slots);
+        auto groups = [&](uint32_t b, uint32_t e) {
+            for (uint32_t kv = b; kv < e; ++kv) attend(s, w, li, p, i, kv, w.scores, slots);
         };
-        if (uint64_t(g.H) * (p - s.kvl[li].lo(p) + 1) * (g.dq + g.dv) >= kParallelAttention3) parallel_for(0, g.H, 1, heads);
-        else heads(0, g.H);
+        if (uint64_t(g.H) * (p - s.kvl[li].lo(p) + 1) * (g.dq + g.dv) >= kParallelAttention3) parallel_for(0, g.G, 1, groups);
+        else groups(0, g.G);
         gate_out(w, i);
     }
 }
 
 // §1.3 steps 4-7 for a needle_decode_many step (one position per part, distinct sequences, so
-// no row reads another's cache write): all K/V stored first, then every head of every row in one
+// no row reads another's cache write): all K/V stored first, then every KV group of every row in one
 // parallel region per layer; head r's scores row has the stride of max_seq_len (the states'
 // rings may differ in size). Per row the bits of attention().
 void Needle3Model::attention_many(const Part *parts, uint32_t np, Work &w, uint32_t li) const {
@@ -657,12 +659,12 @@ void Needle3Model::attention_many(const Part *parts, uint32_t np, Work &w, uint3
         macs += uint64_t(g.H) * (pt->p0 - pt->s->kvl[li].lo(pt->p0) + 1) * (g.dq + g.dv);
     }
     const size_t stride = std::max(1u, g.Tmax);
-    auto heads = [&](uint32_t b, uint32_t e) {  // sequence outer: heads of a KV group reuse its keys in cache
+    auto groups = [&](uint32_t b, uint32_t e) {
         for (const Part *pt = parts; pt != parts + np; ++pt)
-            for (uint32_t r = b; r < e; ++r) attend(*pt->s, w, li, pt->p0, pt->i0, r, w.scores + size_t(r) * stride);
+            for (uint32_t kv = b; kv < e; ++kv) attend(*pt->s, w, li, pt->p0, pt->i0, kv, w.scores, stride);
     };
-    if (macs >= kParallelAttention3) parallel_for(0, g.H, 1, heads);
-    else heads(0, g.H);
+    if (macs >= kParallelAttention3) parallel_for(0, g.G, 1, groups);
+    else groups(0, g.G);
     for (const Part *pt = parts; pt != parts + np; ++pt) gate_out(w, pt->i0);
 }
 

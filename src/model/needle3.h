@@ -100,7 +100,7 @@ private:
     void attention_many(const Part *parts, uint32_t np, Work &w, uint32_t li) const;
     struct Rings;
     void qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i) const;
-    void attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t r, float *scores) const;
+    void attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t kv, float *scores, size_t s_stride) const;
     void gate_out(Work &w, uint32_t i) const;
     void block_tail(Work &w, uint32_t li, uint32_t i) const;
     void pool_cells(const Part &pa, Work &w, uint32_t cell) const;

@@ -40,64 +40,83 @@ inline Vec key_dot(const Vec *qv, const T *row) {
     return a;
 }
 
-// Scores of keys j0 .. (multiples of W) into scores; returns the first key not done and the
-// lane-wise max so far. C = dim / W chunks, a compile-time count (unrolled, q in registers).
+// Scores of keys 0 .. (multiples of W) of `rows` queries (q + r * q_stride into scores +
+// r * s_stride): key block outer, query inner, so a block of W keys is read from L2 once and
+// from L1 by the other queries of the group. Per query the bits of one call alone; vmx[r] is
+// query r's lane-wise max. Returns the first key not done.
 template <uint32_t C, class T>
-uint32_t attention_scores(const float *q, const KvRing<T> &k, uint32_t lo, uint32_t n, float *scores, Vec &vmx) {
-    Vec qv[C];
-    for (uint32_t c = 0; c < C; ++c) qv[c] = load(q + c * W);
+uint32_t attention_scores_rows(const float *q, size_t q_stride, uint32_t rows, const KvRing<T> &k, uint32_t lo,
+                               uint32_t n, float *scores, size_t s_stride, Vec *vmx) {
     const Vec vsc(std::sqrt(float(k.dim)));
     uint32_t slot0 = lo % k.ring, j = 0;
     for (; j + W <= n; j += W) {
-        Vec part[W];
         alignas(64) float ks[W];
+        const T *row[W];
         uint32_t slot = slot0;
         for (uint32_t t = 0; t < W; ++t) {
-            part[t] = key_dot<C>(qv, k.base + size_t(slot) * k.dim);
+            row[t] = k.base + size_t(slot) * k.dim;
             ks[t] = k.scales ? k.scales[slot] : 1.0f;
             slot = slot + 1 == k.ring ? 0 : slot + 1;
         }
         slot0 = slot;
-        const Vec s = sum_lanes(part) * Vec::load_aligned(ks) / vsc;
-        s.store_unaligned(scores + j);
-        vmx = xsimd::max(vmx, s);
+        for (uint32_t r = 0; r < rows; ++r) {
+            Vec qv[C], part[W];
+            for (uint32_t c = 0; c < C; ++c) qv[c] = load(q + r * q_stride + c * W);
+            for (uint32_t t = 0; t < W; ++t) part[t] = key_dot<C>(qv, row[t]);
+            const Vec s = sum_lanes(part) * Vec::load_aligned(ks) / vsc;
+            s.store_unaligned(scores + r * s_stride + j);
+            vmx[r] = xsimd::max(vmx[r], s);
+        }
     }
     return j;
 }
 
-// out = sum_j scores[j] * v_j, the output in C registers.
-template <uint32_t C, class T>
-void attention_values(const float *scores, const KvRing<T> &v, uint32_t lo, uint32_t n, float *out) {
-    Vec acc[C];
-    for (uint32_t c = 0; c < C; ++c) acc[c] = Vec(0.0f);
+// out_r = sum_j scores_r[j] * v_j for R queries at once: each V row is loaded once for the R
+// of them, and the R * C accumulators (independent FMA chains) stay in registers across the
+// keys. Per query the sum runs over j in order, as for R = 1: the same bits.
+template <uint32_t R, uint32_t C, class T>
+void attention_values(const float *scores, size_t s_stride, const KvRing<T> &v, uint32_t lo, uint32_t n,
+                      float *out, size_t o_stride) {
+    Vec acc[R][C];
+    for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t c = 0; c < C; ++c) acc[r][c] = Vec(0.0f);
     uint32_t slot = lo % v.ring;
     for (uint32_t j = 0; j < n; ++j) {
         const T *vr = v.base + size_t(slot) * v.dim;
-        const Vec wj(scores[j]);
-        for (uint32_t c = 0; c < C; ++c) acc[c] = vfma(wj, load(vr + c * W), acc[c]);
+        for (uint32_t c = 0; c < C; ++c) {
+            const Vec x = load(vr + c * W);
+            for (uint32_t r = 0; r < R; ++r) acc[r][c] = vfma(Vec(scores[r * s_stride + j]), x, acc[r][c]);
+        }
         slot = slot + 1 == v.ring ? 0 : slot + 1;
     }
-    for (uint32_t c = 0; c < C; ++c) acc[c].store_unaligned(out + c * W);
+    for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t c = 0; c < C; ++c) acc[r][c].store_unaligned(out + r * o_stride + c * W);
 }
 
+// Values of `rows` queries, R at a time where R * C accumulators fit the register file (32
+// vectors on AVX-512, 16 elsewhere, leaving room for the loaded row).
+template <uint32_t C, class T>
+void attention_values_rows(const float *scores, size_t s_stride, uint32_t rows, const KvRing<T> &v, uint32_t lo,
+                           uint32_t n, float *out, size_t o_stride) {
+#if defined(__AVX512F__)
+    constexpr uint32_t kRegs = 32;
+#else
+    constexpr uint32_t kRegs = 16;
+#endif
+    uint32_t r = 0;
+    if (4 * C + 4 <= kRegs)
+        for (; r + 4 <= rows; r += 4) attention_values<4, C>(scores + r * s_stride, s_stride, v, lo, n, out + r * o_stride, o_stride);
+    if (2 * C + 2 <= kRegs)
+        for (; r + 2 <= rows; r += 2) attention_values<2, C>(scores + r * s_stride, s_stride, v, lo, n, out + r * o_stride, o_stride);
+    for (; r < rows; ++r) attention_values<1, C>(scores + r * s_stride, s_stride, v, lo, n, out + r * o_stride, o_stride);
+}
+
+// softmax of query r's scores in place, then the weights scores[j] / sum * v-scale_j: keys j0..
+// are still to be scored (the per-key path), vmxv is the lane-wise max of keys 0..j0.
 template <class T>
-void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint32_t lo, uint32_t hi,
-                    float *scores, float *out) {
+void attention_softmax(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint32_t lo, uint32_t n, uint32_t j,
+                       Vec vmxv, float *scores) {
     const float sc = std::sqrt(float(k.dim));
-    const uint32_t n = hi - lo + 1;
-    uint32_t j = 0;
-    Vec vmxv(-INFINITY);
-    if (k.dim % W == 0) switch (k.dim / W) {  // v2/v3 head widths 32, 48, 64 (and 24/W on SSE, NEON)
-        case 1: j = attention_scores<1>(q, k, lo, n, scores, vmxv); break;
-        case 2: j = attention_scores<2>(q, k, lo, n, scores, vmxv); break;
-        case 3: j = attention_scores<3>(q, k, lo, n, scores, vmxv); break;
-        case 4: j = attention_scores<4>(q, k, lo, n, scores, vmxv); break;
-        case 6: j = attention_scores<6>(q, k, lo, n, scores, vmxv); break;
-        case 8: j = attention_scores<8>(q, k, lo, n, scores, vmxv); break;
-        case 12: j = attention_scores<12>(q, k, lo, n, scores, vmxv); break;
-        case 16: j = attention_scores<16>(q, k, lo, n, scores, vmxv); break;
-        default: break;  // other widths: the per-key path below
-        }
     float mx = -INFINITY;
     {
         alignas(64) float m[W];
@@ -135,17 +154,61 @@ void attention_rows(const float *q, const KvRing<T> &k, const KvRing<T> &v, uint
         e.store_unaligned(scores + j);
     }
     for (; j < n; ++j) scores[j] = scores[j] / sum * (v.scales ? v.scales[(lo + j) % v.ring] : 1.0f);
+}
+
+// Up to kMaxGroupRows queries (the heads of one GQA group at one position) against keys
+// lo..hi of one KV ring: query r at q + r * q_stride, its scores row at scores + r * s_stride
+// (hi - lo + 1 floats), its output at out + r * o_stride. Each query gets the bits it gets alone.
+constexpr uint32_t kMaxGroupRows = 16;  // queries per pass of attention_group (their maxima on the stack)
+
+template <class T>
+void attention_group(const float *q, size_t q_stride, uint32_t rows, const KvRing<T> &k, const KvRing<T> &v,
+                     uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out, size_t o_stride) {
+    constexpr uint32_t kMaxRows = kMaxGroupRows;
+    const uint32_t n = hi - lo + 1;
+    uint32_t j = 0;
+    Vec vmx[kMaxRows];
+    for (uint32_t r = 0; r < rows; ++r) vmx[r] = Vec(-INFINITY);
+#define NEEDLE_SCORES(c) j = attention_scores_rows<c>(q, q_stride, rows, k, lo, n, scores, s_stride, vmx); break
+    if (k.dim % W == 0) switch (k.dim / W) {  // v2/v3 head widths 32, 48, 64 (and 24/W on SSE, NEON)
+        case 1: NEEDLE_SCORES(1);
+        case 2: NEEDLE_SCORES(2);
+        case 3: NEEDLE_SCORES(3);
+        case 4: NEEDLE_SCORES(4);
+        case 6: NEEDLE_SCORES(6);
+        case 8: NEEDLE_SCORES(8);
+        case 12: NEEDLE_SCORES(12);
+        case 16: NEEDLE_SCORES(16);
+        default: break;  // other widths: the per-key path of attention_softmax
+        }
+#undef NEEDLE_SCORES
+    for (uint32_t r = 0; r < rows; ++r) attention_softmax(q + r * q_stride, k, v, lo, n, j, vmx[r], scores + r * s_stride);
+#define NEEDLE_VALUES(c) attention_values_rows<c>(scores, s_stride, rows, v, lo, n, out, o_stride); return
     if (v.dim % W == 0) switch (v.dim / W) {
-        case 1: attention_values<1>(scores, v, lo, n, out); return;
-        case 2: attention_values<2>(scores, v, lo, n, out); return;
-        case 3: attention_values<3>(scores, v, lo, n, out); return;
-        case 4: attention_values<4>(scores, v, lo, n, out); return;
-        case 6: attention_values<6>(scores, v, lo, n, out); return;
-        case 8: attention_values<8>(scores, v, lo, n, out); return;
-        case 12: attention_values<12>(scores, v, lo, n, out); return;
-        case 16: attention_values<16>(scores, v, lo, n, out); return;
+        case 1: NEEDLE_VALUES(1);
+        case 2: NEEDLE_VALUES(2);
+        case 3: NEEDLE_VALUES(3);
+        case 4: NEEDLE_VALUES(4);
+        case 6: NEEDLE_VALUES(6);
+        case 8: NEEDLE_VALUES(8);
+        case 12: NEEDLE_VALUES(12);
+        case 16: NEEDLE_VALUES(16);
         default: break;
         }
-    for (uint32_t d = 0; d < v.dim; ++d) out[d] = 0.0f;
-    for (j = 0; j < n; ++j) axpy(scores[j], v.base + size_t((lo + j) % v.ring) * v.dim, out, v.dim);
+#undef NEEDLE_VALUES
+    for (uint32_t r = 0; r < rows; ++r) {
+        float *o = out + r * o_stride;
+        const float *sr = scores + r * s_stride;
+        for (uint32_t d = 0; d < v.dim; ++d) o[d] = 0.0f;
+        for (j = 0; j < n; ++j) axpy(sr[j], v.base + size_t((lo + j) % v.ring) * v.dim, o, v.dim);
+    }
+}
+
+// Any number of queries, kMaxGroupRows at a time.
+template <class T>
+void attention_rows(const float *q, size_t q_stride, uint32_t rows, const KvRing<T> &k, const KvRing<T> &v,
+                    uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out, size_t o_stride) {
+    for (uint32_t r = 0; r < rows; r += kMaxGroupRows)
+        attention_group(q + r * q_stride, q_stride, std::min(kMaxGroupRows, rows - r), k, v, lo, hi,
+                        scores + r * s_stride, s_stride, out + r * o_stride, o_stride);
 }
