@@ -392,16 +392,22 @@ inline void lanes_tile_pass(const float *tile, uint32_t n, const float *nrm, con
     F a[P][kAcc];
     for (uint32_t p = 0; p < P; ++p)
         for (auto &e : a[p]) e = zero();
-    for (uint32_t k = 0; k < n; k += 8) {
+    // Walk pointers (base + constant offset addressing): indexing by k + c cost two integer ops
+    // per column and an indexed broadcast operand per FMA (measured: 7% of a 1-thread prefill).
+    const float *xp[P];
+    for (uint32_t p = 0; p < P; ++p) xp[p] = x + p * xs;
+    const float *t = tile;
+    for (uint32_t k = 0; k < n; k += 8, t += 8 * RB) {
 #pragma GCC unroll 8
         for (uint32_t c = 0; c < 8; ++c) {
-            F wv = lanes::load(tile + size_t(k + c) * RB);
+            F wv = lanes::load(t + c * RB);
             // Keep the weights in a register: GCC would otherwise fold the tile load into each
             // of the P FMAs and load the broadcast separately (two loads per FMA, not one).
             asm("" : "+v"(wv));
 #pragma GCC unroll 4
-            for (uint32_t p = 0; p < P; ++p) a[p][c % kAcc] = fma(wv, bcast(x[p * xs + k + c]), a[p][c % kAcc]);
+            for (uint32_t p = 0; p < P; ++p) a[p][c % kAcc] = fma(wv, bcast(xp[p][c]), a[p][c % kAcc]);
         }
+        for (uint32_t p = 0; p < P; ++p) xp[p] += 8;
     }
     const F nv = lanes::load(nrm);
     for (uint32_t p = 0; p < P; ++p) tot[p] = fma(nv, tree(a[p]), tot[p]);
