@@ -335,6 +335,15 @@ inline lanes::F tree(const lanes::F *a) {
 template <uint32_t FW, bool Wide>
 inline lanes::I lanes_step8(const lanes::Book &bk, lanes::I v, const float *x, lanes::F *a) {
     using namespace lanes;
+    if (FW == 2 && kFieldPairs) {  // columns c, c + 1 from one shift (lanes.h Book::second)
+#pragma GCC unroll 4
+        for (uint32_t c = 0; c < 8; c += 2) {
+            a[c % kAcc] = fma(bk.operator()<Wide>(v), bcast(x[c]), a[c % kAcc]);
+            a[(c + 1) % kAcc] = fma(bk.second(v), bcast(x[c + 1]), a[(c + 1) % kAcc]);
+            v = srl<4>(v);
+        }
+        return v;
+    }
 #pragma GCC unroll 8
     for (uint32_t c = 0; c < 8; ++c) {
         a[c % kAcc] = fma(bk.operator()<Wide>(v), bcast(x[c]), a[c % kAcc]);
@@ -376,6 +385,15 @@ inline void lanes_decode_tile(const CqMatrix &w, const lanes::Book &bk, const ui
     for (uint32_t k0 = 0; k0 < w.group; k0 += 8) {  // group % 8 == 0: whole or half words
         I v = load_words(wd + size_t(k0 / CPW) * RB);
         if (k0 % CPW) v = srl<16>(v);  // the upper half of a 2-bit word
+        if (FW == 2 && kFieldPairs) {
+#pragma GCC unroll 4
+            for (uint32_t c = 0; c < 8; c += 2) {
+                store(tile + size_t(k0 + c) * RB, bk.operator()<Wide>(v));
+                store(tile + size_t(k0 + c + 1) * RB, bk.second(v));
+                v = srl<4>(v);
+            }
+            continue;
+        }
 #pragma GCC unroll 8
         for (uint32_t c = 0; c < 8; ++c) {
             store(tile + size_t(k0 + c) * RB, bk.operator()<Wide>(v));

@@ -23,16 +23,21 @@ inline void storeu(float *p, F v) { _mm512_storeu_ps(p, v); }
 
 // The level of each lane's low index field. vpermps reads the low 4 bits, so the 16-entry
 // table repeats a 4- or 8-level book; 3-bit indices are stored in nibbles whose top bit is 0.
+// Those 4 bits hold two 2-bit fields: a second table t2[i] = level[i >> 2] reads the upper
+// one, so a 2-bit word needs one shift per two columns (kFieldPairs), not one per column.
+constexpr bool kFieldPairs = true;
 struct Book {
-    F t;
+    F t, t2;
     explicit Book(const float *levels, uint32_t width) {
-        alignas(64) float e[16];
+        alignas(64) float e[16], e2[16];
         const uint32_t n = width == 2 ? 4u : width == 3 ? 8u : 16u;
-        for (uint32_t i = 0; i < 16; ++i) e[i] = levels[i % n];
+        for (uint32_t i = 0; i < 16; ++i) e[i] = levels[i % n], e2[i] = levels[(i >> 2) % n];
         t = _mm512_load_ps(e);
+        t2 = _mm512_load_ps(e2);
     }
     template <bool Wide>
     F operator()(I idx) const { return _mm512_permutexvar_ps(idx, t); }
+    F second(I idx) const { return _mm512_permutexvar_ps(idx, t2); }  // the field at bits 2-3 (2-bit book)
 };
 }  // namespace lanes
 #else  // AVX2
@@ -54,7 +59,9 @@ inline void store(float *p, F v) { _mm256_store_ps(p, v); }
 inline void storeu(float *p, F v) { _mm256_storeu_ps(p, v); }
 
 // vpermps reads the low 3 bits: a 4-level book is stored twice, an 8-level book once; a 16-level
-// book (Wide) takes two permutes and bit 3 of the nibble picks the upper half.
+// book (Wide) takes two permutes and bit 3 of the nibble picks the upper half. Two 2-bit fields
+// do not fit 3 bits: one shift per column.
+constexpr bool kFieldPairs = false;
 struct Book {
     F lo, hi;
     explicit Book(const float *levels, uint32_t width) {
@@ -64,6 +71,7 @@ struct Book {
         lo = _mm256_load_ps(e);
         hi = _mm256_load_ps(e + 8);
     }
+    F second(I) const { return zero(); }  // unused: kFieldPairs is false (3 index bits)
     template <bool Wide>
     F operator()(I idx) const {
         const F a = _mm256_permutevar8x32_ps(lo, idx);
