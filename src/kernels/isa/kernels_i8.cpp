@@ -231,8 +231,14 @@ void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint3
 }
 #endif
 
-#elif defined(__ARM_NEON) && !defined(NEEDLE_I8_VNNI)
+#elif (defined(__ARM_NEON) || defined(__SSSE3__)) && !defined(NEEDLE_I8_VNNI)
 namespace {
+// The stored form, row by row (NEON; SSE4.2, which has no rows-in-lanes copy). 2-bit: 16 packed
+// bytes are 64 columns, and crumb plane s (shift 2s) holds columns 4b + s, which in layout 2 are
+// dword s of each of the 4 chunks. 4-bit: 16 bytes are 32 columns, and nibble plane s holds
+// columns 2b + s = dword s of each of the 4 chunks of layout 4. group_dot is the ISA part: the
+// integer dot of one row's group (whole spans) with its quantised activations.
+#if defined(__ARM_NEON)
 // Dot of 16 int8 weights with 16 int8 activations, added into acc (4 int32 lanes).
 inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #if defined(__ARM_FEATURE_DOTPROD)
@@ -242,13 +248,74 @@ inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
     return vpadalq_s16(acc, vmull_high_s8(a, b));
 #endif
 }
+
+// The planes' activations gathered by vld4q_s32 (2-bit) or vld2q_s32 (4-bit).
+inline int32_t group_dot(const uint8_t *src, const int8_t *xg, const int8_t *wq, uint32_t width, uint32_t group) {
+    const int8x16_t book = vld1q_s8(wq);
+    const uint32_t span = width == 2 ? 64u : 32u;
+    int32x4_t a = vdupq_n_s32(0);
+    for (uint32_t c = 0; c < group; c += span, src += 16, xg += span) {
+        const uint8x16_t v = vld1q_u8(src);
+        if (width == 2) {
+            const int32x4x4_t xs = vld4q_s32(reinterpret_cast<const int32_t *>(xg));
+            const uint8x16_t m = vdupq_n_u8(3);
+            a = dot16(a, vqtbl1q_s8(book, vandq_u8(v, m)), vreinterpretq_s8_s32(xs.val[0]));
+            a = dot16(a, vqtbl1q_s8(book, vandq_u8(vshrq_n_u8(v, 2), m)), vreinterpretq_s8_s32(xs.val[1]));
+            a = dot16(a, vqtbl1q_s8(book, vandq_u8(vshrq_n_u8(v, 4), m)), vreinterpretq_s8_s32(xs.val[2]));
+            a = dot16(a, vqtbl1q_s8(book, vshrq_n_u8(v, 6)), vreinterpretq_s8_s32(xs.val[3]));
+        } else {
+            const int32x4x2_t xs = vld2q_s32(reinterpret_cast<const int32_t *>(xg));
+            a = dot16(a, vqtbl1q_s8(book, vandq_u8(v, vdupq_n_u8(15))), vreinterpretq_s8_s32(xs.val[0]));
+            a = dot16(a, vqtbl1q_s8(book, vshrq_n_u8(v, 4)), vreinterpretq_s8_s32(xs.val[1]));
+        }
+    }
+    return vaddvq_s32(a);
+}
+#else
+// acc += 16 int8 weights w times 16 int8 activations x: pmaddubsw takes |w| (u8) times x with
+// w's sign (pairs <= 2 * 127^2, no saturation), pmaddwd by ones widens to 4 int32.
+inline __m128i dot16(__m128i acc, __m128i w, __m128i x) {
+    const __m128i p16 = _mm_maddubs_epi16(_mm_abs_epi8(w), _mm_sign_epi8(x, w));
+    return _mm_add_epi32(acc, _mm_madd_epi16(p16, _mm_set1_epi16(1)));
+}
+inline __m128i lds(const int8_t *p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
+
+// The planes' activations: a 4 x 4 dword transpose of the 4 chunks (2-bit), the even and odd
+// dwords of 2 x 4 (4-bit). pshufb reads the low 4 bits of each index byte (bit 7 is clear).
+inline int32_t group_dot(const uint8_t *src, const int8_t *xg, const int8_t *wq, uint32_t width, uint32_t group) {
+    const __m128i book = _mm_loadu_si128(reinterpret_cast<const __m128i *>(wq));
+    const uint32_t span = width == 2 ? 64u : 32u;
+    __m128i a = _mm_setzero_si128();
+    for (uint32_t c = 0; c < group; c += span, src += 16, xg += span) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src));
+        if (width == 2) {
+            const __m128i m = _mm_set1_epi8(3);
+            const __m128i x0 = lds(xg), x1 = lds(xg + 16), x2 = lds(xg + 32), x3 = lds(xg + 48);
+            const __m128i t0 = _mm_unpacklo_epi32(x0, x1), t1 = _mm_unpacklo_epi32(x2, x3);
+            const __m128i t2 = _mm_unpackhi_epi32(x0, x1), t3 = _mm_unpackhi_epi32(x2, x3);
+            const __m128i p0 = _mm_unpacklo_epi64(t0, t1), p1 = _mm_unpackhi_epi64(t0, t1);
+            const __m128i p2 = _mm_unpacklo_epi64(t2, t3), p3 = _mm_unpackhi_epi64(t2, t3);
+            a = dot16(a, _mm_shuffle_epi8(book, _mm_and_si128(v, m)), p0);
+            a = dot16(a, _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(v, 2), m)), p1);
+            a = dot16(a, _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(v, 4), m)), p2);
+            a = dot16(a, _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(v, 6), m)), p3);
+        } else {
+            const __m128 x0 = _mm_castsi128_ps(lds(xg)), x1 = _mm_castsi128_ps(lds(xg + 16));
+            const __m128i m = _mm_set1_epi8(15);
+            const __m128i p0 = _mm_castps_si128(_mm_shuffle_ps(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)));
+            const __m128i p1 = _mm_castps_si128(_mm_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 1, 3, 1)));
+            a = dot16(a, _mm_shuffle_epi8(book, _mm_and_si128(v, m)), p0);
+            a = dot16(a, _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(v, 4), m)), p1);
+        }
+    }
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2)));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(a);
+}
+#endif
 }  // namespace
 
-// Stored form, row by row. 2-bit: 16 packed bytes are 64 columns; crumb plane s (shift 2s) holds
-// columns 4b + s, which in layout 2 are dword s of each of the 4 chunks: vld4q_s32 gathers them.
-// 4-bit: 16 bytes are 32 columns; nibble plane s holds columns 2b + s = dword s of each of the
-// 4 chunks of layout 4: vld2q_s32. Width 3 (and any group shorter than 64 / 32 columns) takes
-// the reference.
+// Width 3 (and any group that is not whole spans) takes the reference.
 void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint32_t r0, uint32_t count, float *y,
                     size_t y_stride) {
     const uint32_t span = w.width == 2 ? 64u : 32u;
@@ -257,7 +324,6 @@ void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint3
         return;
     }
     const CqFastBook fb(w);
-    const int8x16_t book = vld1q_s8(fb.wq);
     const int8_t *q = w.width == 2 ? x.q2 : x.q4;
     const size_t qs = w.width == 2 ? x.q2_stride : x.q4_stride;
     const uint32_t gbytes = w.group * w.width / 8, gb = cq_fast_group_bytes(w.group, w.width == 2 ? 2 : 4);
@@ -266,25 +332,7 @@ void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint3
             const uint8_t *row = w.packed + size_t(r) * w.row_bytes;
             float acc = 0.0f;
             for (uint32_t g = 0; g < w.ngroups; ++g) {
-                const uint8_t *src = row + size_t(g) * gbytes;
-                const int8_t *xg = q + p * qs + size_t(g) * gb;
-                int32x4_t a = vdupq_n_s32(0);
-                for (uint32_t c = 0; c < w.group; c += span, src += 16, xg += span) {
-                    const uint8x16_t v = vld1q_u8(src);
-                    if (w.width == 2) {
-                        const int32x4x4_t xs = vld4q_s32(reinterpret_cast<const int32_t *>(xg));
-                        const uint8x16_t m = vdupq_n_u8(3);
-                        a = dot16(a, vqtbl1q_s8(book, vandq_u8(v, m)), vreinterpretq_s8_s32(xs.val[0]));
-                        a = dot16(a, vqtbl1q_s8(book, vandq_u8(vshrq_n_u8(v, 2), m)), vreinterpretq_s8_s32(xs.val[1]));
-                        a = dot16(a, vqtbl1q_s8(book, vandq_u8(vshrq_n_u8(v, 4), m)), vreinterpretq_s8_s32(xs.val[2]));
-                        a = dot16(a, vqtbl1q_s8(book, vshrq_n_u8(v, 6)), vreinterpretq_s8_s32(xs.val[3]));
-                    } else {
-                        const int32x4x2_t xs = vld2q_s32(reinterpret_cast<const int32_t *>(xg));
-                        a = dot16(a, vqtbl1q_s8(book, vandq_u8(v, vdupq_n_u8(15))), vreinterpretq_s8_s32(xs.val[0]));
-                        a = dot16(a, vqtbl1q_s8(book, vshrq_n_u8(v, 4)), vreinterpretq_s8_s32(xs.val[1]));
-                    }
-                }
-                const int32_t isum = vaddvq_s32(a);
+                const int32_t isum = group_dot(row + size_t(g) * gbytes, q + p * qs + size_t(g) * gb, fb.wq, w.width, w.group);
                 const float t = w.norms[size_t(r) * w.ngroups + g] * x.scale[p * x.ngroups + g];
                 acc = acc + float(isum) * t;
             }
