@@ -159,18 +159,6 @@ void attention_group(const float *q, size_t q_stride, uint32_t rows, const KvRin
         attention_rows(q + r * q_stride, k, v, lo, hi, scores + r * s_stride, out + r * o_stride);
 }
 
-void attention_rows_f32(const float *q, size_t q_stride, uint32_t rows, const KvRing<float> &k,
-                        const KvRing<float> &v, uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out,
-                        size_t o_stride) {
-    attention_group(q, q_stride, rows, k, v, lo, hi, scores, s_stride, out, o_stride);
-}
-
-void attention_rows_i8(const float *q, size_t q_stride, uint32_t rows, const KvRing<int8_t> &k,
-                       const KvRing<int8_t> &v, uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out,
-                       size_t o_stride) {
-    attention_group(q, q_stride, rows, k, v, lo, hi, scores, s_stride, out, o_stride);
-}
-
 // Log-sum-exp of n values with stride (model-v2.md §2).
 float lse(const float *v, uint32_t n, uint32_t stride) {
     float mx = -INFINITY;
@@ -238,7 +226,7 @@ void pool_probe(const float *q, const float *cells, size_t cell_stride, const ui
 
 const KernelTable &table() {
     static const KernelTable t{"scalar", cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
-                               rms_unit, zcrms, rope, attention_rows_f32, attention_rows_i8, sinkhorn, silu, pool_probe, 0,
+                               rms_unit, zcrms, rope, attention_group<float>, attention_group<int8_t>, sinkhorn, silu, pool_probe, 0,
                                nullptr, cq_fast_quantize, cq_matmul_fast};
     return t;
 }

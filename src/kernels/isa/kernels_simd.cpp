@@ -665,18 +665,6 @@ void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
 
 #include "kernels/isa/attention_simd.h"
 
-void attention_rows_f32(const float *q, size_t q_stride, uint32_t rows, const KvRing<float> &k,
-                        const KvRing<float> &v, uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out,
-                        size_t o_stride) {
-    attention_rows(q, q_stride, rows, k, v, lo, hi, scores, s_stride, out, o_stride);
-}
-
-void attention_rows_i8(const float *q, size_t q_stride, uint32_t rows, const KvRing<int8_t> &k,
-                       const KvRing<int8_t> &v, uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out,
-                       size_t o_stride) {
-    attention_rows(q, q_stride, rows, k, v, lo, hi, scores, s_stride, out, o_stride);
-}
-
 }  // namespace
 
 // Per-position element-wise kernels of this ISA (kernels_rowmath.cpp).
@@ -693,7 +681,7 @@ void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint3
 
 const KernelTable &table() {
     static const KernelTable t{NEEDLE_ISA_NAME, cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
-                               rms_unit, zcrms, rope, attention_rows_f32, attention_rows_i8,
+                               rms_unit, zcrms, rope, attention_rows<float>, attention_rows<int8_t>,
                                sinkhorn, silu, pool_probe, kBlockRows, cq_block_rows_fast, cq_fast_quantize, cq_matmul_fast};
     return t;
 }
