@@ -164,10 +164,9 @@ constexpr uint32_t kMaxGroupRows = 16;  // queries per pass of attention_group (
 template <class T>
 void attention_group(const float *q, size_t q_stride, uint32_t rows, const KvRing<T> &k, const KvRing<T> &v,
                      uint32_t lo, uint32_t hi, float *scores, size_t s_stride, float *out, size_t o_stride) {
-    constexpr uint32_t kMaxRows = kMaxGroupRows;
     const uint32_t n = hi - lo + 1;
     uint32_t j = 0;
-    Vec vmx[kMaxRows];
+    Vec vmx[kMaxGroupRows];
     for (uint32_t r = 0; r < rows; ++r) vmx[r] = Vec(-INFINITY);
 #define NEEDLE_SCORES(c) j = attention_scores_rows<c>(q, q_stride, rows, k, lo, n, scores, s_stride, vmx); break
     if (k.dim % W == 0) switch (k.dim / W) {  // v2/v3 head widths 32, 48, 64 (and 24/W on SSE, NEON)
