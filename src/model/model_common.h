@@ -54,13 +54,10 @@ inline size_t cq_norm_floats(const TensorRecord &t) {
 
 // Load-time step shared by both models: gives the matrices cq_matmul reads (`mats`) the active
 // kernels' rows-in-lanes copy in `store` (cq_block_matrices, kernels.h; a no-op for kernels that
-// read the stored form), then hands their file pages back (FileBytes::release_pages), except
-// those of `keep` (nullable: a matrix also read row by row through cq_dequantize_row, in stored
-// form, such as the tied embedding). Throws std::bad_alloc only.
+// read the stored form). Their file pages stay mapped until load_model releases the whole file.
 // fast: the model was loaded with NEEDLE_PRECISION_FAST; these matrices then run the int8 kernels
-// (CqMatrix::fast, cq_fast.h).
-void block_matmul_weights(const std::vector<CqMatrix *> &mats, const CqMatrix *keep, const FileBytes &bytes,
-                          CqBlockStore &store, bool fast = false);
+// (CqMatrix::fast, cq_fast.h). Throws std::bad_alloc only.
+void block_matmul_weights(const std::vector<CqMatrix *> &mats, bool fast, CqBlockStore &store);
 
 // Runs fn(i) for every position of a chunk, split over the caller's task arena (one position
 // runs inline: a decode step).

@@ -303,7 +303,7 @@ void Needle2Model::bind(const ContainerV2 &c) {
         for (CqMatrix *m : {&ly.q, &ly.k, &ly.v, &ly.gate, &ly.out}) mats.push_back(m);
     for (Needle2EngramSite &st : sites_) mats.push_back(&st.key_proj), mats.push_back(&st.value_proj);
     // The embedding's pages stay: cq_dequantize_row reads token rows in stored form.
-    block_matmul_weights(mats, &embedding_, *bytes_, blocked_, fast_);
+    block_matmul_weights(mats, fast_, blocked_);
 
     // RoPE frequencies (§2.1), float32. The cos/sin rows are made per position by rope_rows():
     // a [max_seq_len][head_dim] table cost ~5 M instructions at load and 512 KB for needle2.

@@ -366,7 +366,7 @@ void Needle3Model::bind(const ContainerV3 &c, uint32_t depth) {
     for (Needle3Layer &ly : layers_)
         for (CqMatrix *m : {&ly.q, &ly.k, &ly.v, &ly.gate, &ly.out}) mats.push_back(m);
     for (Needle3Site &st : sites_) mats.push_back(&st.key_proj), mats.push_back(&st.value_proj);
-    block_matmul_weights(mats, &embedding_, *bytes_, blocked_, fast_);
+    block_matmul_weights(mats, fast_, blocked_);
 
     float *inv_freq = ar.take(g.dq / 2);
     for (uint32_t i = 0; i < g.dq / 2; ++i) inv_freq[i] = 1.0f / std::pow(g.rope_theta, float(2 * i) / float(g.dq));
