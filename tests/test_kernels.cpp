@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
 
@@ -373,4 +374,35 @@ TEST_CASE("kernels: cpu features from the OS (arm64: getauxval)") {
         }
         CHECK(n > 0);
     }
+}
+
+// The large-buffer allocator of the KV rings, workspaces and rows-in-lanes weights.
+TEST_CASE("huge pages: huge_alloc and HugeVector give aligned, usable memory of any size; overflow is bad_alloc") {
+    using needle::huge_alloc, needle::huge_free, needle::HugeVector, needle::HugePageAllocator;
+    for (const size_t bytes : {size_t(1), size_t(100), (size_t(2) << 20) - 1, size_t(2) << 20, size_t(5) << 20}) {
+        INFO("bytes " << bytes);
+        auto *p = static_cast<unsigned char *>(huge_alloc(bytes));
+        REQUIRE(p != nullptr);
+        CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+#if defined(__linux__)
+        // A mapped block starts on a 2 MB boundary, so its whole 2 MB parts can be huge pages.
+        if (bytes >= (size_t(2) << 20)) CHECK(reinterpret_cast<uintptr_t>(p) % (size_t(2) << 20) == 0);
+#endif
+        std::memset(p, 0xA5, bytes);
+        CHECK(p[0] == 0xA5);
+        CHECK(p[bytes - 1] == 0xA5);
+        huge_free(p, bytes);
+    }
+    huge_free(nullptr, 123);  // like free(NULL)
+    HugeVector<float> v(size_t(3) << 20, 1.5f);  // 12 MB: mapped
+    CHECK(reinterpret_cast<uintptr_t>(v.data()) % 64 == 0);
+    CHECK(std::count(v.begin(), v.end(), 1.5f) == long(v.size()));
+    v.assign(1000, 0.0f);  // shrinking keeps the block; growing past it moves to a new one
+    CHECK(std::count(v.begin(), v.end(), 0.0f) == 1000);
+    v.assign(size_t(1) << 20, 2.0f);
+    CHECK(v.back() == 2.0f);
+    HugeVector<int8_t> small(10, int8_t(3));  // operator new
+    CHECK(small[9] == 3);
+    CHECK_THROWS_AS(HugePageAllocator<float>().allocate(size_t(-1) / 2), std::bad_alloc);
+    CHECK_THROWS_AS(huge_alloc(size_t(-1) - 100), std::bad_alloc);
 }

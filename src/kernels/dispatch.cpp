@@ -10,10 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
+#include "core/huge_pages.h"
 #include "core/parallel.h"
 #include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
@@ -272,42 +269,16 @@ size_t blocked_bytes(const CqMatrix &w) {
 uint8_t *CqBlockStore::reserve(size_t bytes) {
     reset();
     if (!bytes) return nullptr;
-#if defined(__linux__)
-    constexpr size_t kHuge = size_t(2) << 20;
-    const size_t len = (bytes + 4095) & ~size_t(4095);
-    void *m = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m != MAP_FAILED) {
-        // Keep a 2 MB aligned range of len bytes: whole 2 MB parts may become huge pages; the
-        // tail stays in 4 KB pages (it does not cover a whole 2 MB range of the mapping).
-        uint8_t *raw = static_cast<uint8_t *>(m);
-        uint8_t *al = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~uintptr_t(kHuge - 1));
-        if (al > raw) ::munmap(raw, size_t(al - raw));
-        const size_t after = size_t(raw + len + kHuge - (al + len));
-        if (after) ::munmap(al + len, after);
-#if defined(MADV_HUGEPAGE)
-        ::madvise(al, len, MADV_HUGEPAGE);  // a hint: ignored where THP is off
-#endif
-#if defined(MADV_POPULATE_WRITE)
-        // One call faults the whole range in (Linux 5.14+; a no-op error before): thousands of
-        // separate first-touch faults cost ~3 ms per 10 MB in a VM.
-        ::madvise(al, len, MADV_POPULATE_WRITE);
-#endif
-        base_ = al, mapped_ = len, bytes_ = bytes;
-        return base_;
-    }
-#endif
-    base_ = new uint8_t[bytes + 63];
+    // Streamed by every matmul of every step: 2 MB pages where the system gives them
+    // (huge_pages.h). The copy writes every byte right after, so no separate populate step.
+    base_ = static_cast<uint8_t *>(huge_alloc(bytes));
     bytes_ = bytes;
-    return base_ + ((64 - reinterpret_cast<uintptr_t>(base_) % 64) % 64);
+    return base_;
 }
 
 void CqBlockStore::reset() {
-#if defined(__linux__)
-    if (base_ && mapped_) ::munmap(base_, mapped_);
-    else
-#endif
-        delete[] base_;
-    base_ = nullptr, mapped_ = 0, bytes_ = 0;
+    huge_free(base_, bytes_);
+    base_ = nullptr, bytes_ = 0;
 }
 
 void cq_block_matrices(CqMatrix *const *ms, size_t n, CqBlockStore &store) {

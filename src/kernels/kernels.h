@@ -55,8 +55,7 @@ public:
     size_t bytes() const { return bytes_; }  // size of the copies (0: the kernels read the stored form)
 
 private:
-    uint8_t *base_ = nullptr;  // mapping (or new[] block when mapping failed)
-    size_t mapped_ = 0;        // bytes of the mapping; 0 for a new[] block
+    uint8_t *base_ = nullptr;  // huge_alloc(bytes_) (core/huge_pages.h)
     size_t bytes_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/f16.h"
+#include "core/huge_pages.h"
 #include "model/model_common.h"
 
 namespace needle {
@@ -63,8 +64,8 @@ struct Needle2Model::Seq final : Sequence {
     uint32_t L, K, hd, D;  // geometry the spans are cut by
     std::vector<uint32_t> hist;  // [Tmax]
     KvType kv_type;
-    std::vector<float> kv;       // f32: [L][2][K][ring][hd], K then V of each layer
-    std::vector<int8_t> kv8;     // int8: the same layout
+    HugeVector<float> kv;        // f32: [L][2][K][ring][hd], K then V of each layer
+    HugeVector<int8_t> kv8;      // int8: the same layout (both read whole every step: 2 MB pages)
     std::vector<float> kv_scale; // int8: [L][2][K][ring], one scale per row
     std::vector<float> vraw;     // [S][vring][D] un-convolved Engram values
     mutable ProbePool pool;      // probe-head pooling (needle2_heads.cpp); empty when off
@@ -160,7 +161,7 @@ struct Needle2Model::Part {
 
 struct Needle2Model::Work final : Workspace {
     std::vector<Part> parts;     // [capacity], filled by forward_many
-    std::vector<float> buf;
+    HugeVector<float> buf;       // every activation of a chunk (2 MB pages when that large)
     std::vector<uint32_t> hash;  // [cap][T] table slots, UINT32_MAX = n-gram not yet valid
     // Per-position strides are the widths below; every pointer is [capacity][width].
     float *X, *Xn, *xh, *f, *fh, *ek, *ev, *vchunk, *a, *b, *rv, *u, *bx, *t, *hAh;

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "model/kv_layout.h"
 #include "model/needle3.h"
 
@@ -18,8 +19,8 @@ struct Needle3Model::Seq final : Sequence {
     std::vector<uint32_t> slots;    // [L] KV ring slots per layer: min(kvl.ring, limit)
     std::vector<KvLayout> kvl;      // [L] window, sinks and ring of the layer (kv_layout.h)
     std::vector<size_t> kv_off;     // [L] first K element of the layer (V follows its K)
-    std::vector<float> kv;          // f32: per layer K [G][slots][dq] then V [G][slots][dv]
-    std::vector<int8_t> kv8;        // int8: same layout
+    HugeVector<float> kv;           // f32: per layer K [G][slots][dq] then V [G][slots][dv]
+    HugeVector<int8_t> kv8;         // int8: same layout (both read whole every step: 2 MB pages)
     std::vector<float> kv_scale;    // int8: per layer K scales [G][slots] then V [G][slots]
     std::vector<size_t> sc_off;     // [L]
     std::vector<float> tail;        // [L][T-1][qd + kd + vd] pre-conv projections, oldest first
@@ -48,7 +49,7 @@ struct Needle3Model::Part {
 // Chunk scratch: every pointer is [capacity][width] (strides are the widths).
 struct Needle3Model::Work final : Workspace {
     std::vector<Part> parts;     // [capacity], filled by forward_many
-    std::vector<float> buf;
+    HugeVector<float> buf;       // every activation of a chunk (2 MB pages when that large)
     std::vector<uint32_t> hash;  // [cap][n_tables] slot, UINT32_MAX = n-gram not valid yet
     float *X, *Xs, *xh, *pa, *pb, *pr, *u, *bx, *t, *hh, *q, *k, *v, *gl, *qc, *kc, *vc, *o, *oh;
     float *att, *y, *z, *t1, *t2, *cv, *rb, *mlp, *f, *fh, *ek, *ev, *er, *cell, *rope;
