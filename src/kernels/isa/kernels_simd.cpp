@@ -491,9 +491,33 @@ void cq_matmul_lanes(const CqMatrix &w, const float *xh, size_t xh_stride, size_
 }
 constexpr uint32_t kBlockRows = lanes::RB;
 
+// In-register transpose of an 8 x 8 block of 32-bit words: r[i] holds row i; afterwards r[j]
+// holds column j (word j of rows 0..7).
+inline void transpose8_epi32(__m256i r[8]) {
+    __m256i t[8], u[8];
+    for (uint32_t i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);      // r0[0] r1[0] r0[1] r1[1] | r0[4] ..
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);  // r0[2] r1[2] r0[3] r1[3] | r0[6] ..
+    }
+    for (uint32_t i = 0; i < 8; i += 4)
+        for (uint32_t h = 0; h < 2; ++h) {
+            u[i + h] = _mm256_unpacklo_epi64(t[i + h], t[i + 2 + h]);      // words 0 (h 0) / 2 (h 1) of 4 rows
+            u[i + 2 + h] = _mm256_unpackhi_epi64(t[i + h], t[i + 2 + h]);  // words 1 / 3
+        }
+    // u[0..3]: words 0, 2, 1, 3 of rows 0..3 (and 4, 6, 5, 7 in the upper halves); u[4..7] the same
+    // of rows 4..7: join the 128-bit halves.
+    static constexpr uint32_t kWord[4] = {0, 2, 1, 3};
+    for (uint32_t q = 0; q < 4; ++q) {
+        r[kWord[q]] = _mm256_permute2x128_si256(u[q], u[4 + q], 0x20);
+        r[kWord[q] + 4] = _mm256_permute2x128_si256(u[q], u[4 + q], 0x31);
+    }
+}
+
 // Writes the rows-in-lanes records of row block b of w (w.block_rows == RB, all RB rows present,
-// width 2 or 4, whole words per group): a gather of word j of the RB rows is one record line.
-// Returns false (nothing written) for the other cases, which dispatch.cpp's portable loop does.
+// width 2 or 4, whole words per group): record line j holds word j of the RB rows. Groups of a
+// multiple of 8 words (2-bit and 4-bit groups of 128) go through 8 x 8 register transposes; other
+// whole-word groups through gathers. Returns false (nothing written) for the other cases, which
+// dispatch.cpp's portable loop does.
 bool cq_block_rows_fast(const CqMatrix &w, uint32_t b, uint8_t *dst) {
     using namespace lanes;
     const uint32_t gbytes = w.group * w.width / 8;
@@ -514,6 +538,20 @@ bool cq_block_rows_fast(const CqMatrix &w, uint32_t b, uint8_t *dst) {
         for (uint32_t i = 0; i < RB; ++i) nrm[i] = w.norms[size_t(b * RB + i) * w.ngroups + g];
         uint32_t *wd = reinterpret_cast<uint32_t *>(r + 4 * RB);
         const uint8_t *src = row0 + size_t(g) * gbytes;
+        if (words % 8 == 0) {
+            // Gathers of 16 rows are slow on some cores (AMD Zen 4/5: ~8 ms of a 15 ms needle2
+            // load); loads, 24 shuffles per 8 x 8 block and stores are not.
+            for (uint32_t j0 = 0; j0 < words; j0 += 8)
+                for (uint32_t i0 = 0; i0 < RB; i0 += 8) {
+                    __m256i m[8];
+                    for (uint32_t i = 0; i < 8; ++i)
+                        m[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + size_t(i0 + i) * w.row_bytes + 4 * j0));
+                    transpose8_epi32(m);
+                    for (uint32_t j = 0; j < 8; ++j)
+                        _mm256_storeu_si256(reinterpret_cast<__m256i *>(wd + size_t(j0 + j) * RB + i0), m[j]);
+                }
+            continue;
+        }
         for (uint32_t j = 0; j < words; ++j) {
 #if defined(__AVX512F__)
             _mm512_store_si512(wd + size_t(j) * RB, _mm512_i32gather_epi32(vo, src + 4 * j, 1));
