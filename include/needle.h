@@ -552,7 +552,7 @@ NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
  *  message says "tool I ("NAME"): PATH: problem". Duplicate names are accepted (§6.4: the
  *  first is the grammar's)); CONTEXT_FULL (the static prefix leaves fewer than 256 positions
  *  before max_seq_len); UNSUPPORTED (no tokenizer or chat markers); IO (tool_index_path cannot
- *  be written); NO_MEMORY. *out is NULL on
+ *  be written, or is not a regular file: a FIFO is refused at once, never waited on); NO_MEMORY. *out is NULL on
  *  failure. */
 NEEDLE_API needle_status needle_chat_create(needle_model *model, const char *system,
                                             const char *tools_json, const needle_chat_params *p,

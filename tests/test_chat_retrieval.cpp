@@ -3,15 +3,19 @@
 // selection of follow-up and tool-result turns, and the cost of huge tool lists (issue 9 item 5).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "api_util.h"
@@ -315,6 +319,44 @@ TEST_CASE("chat retrieval: the index file through needle_chat_create: written, r
     std::remove(path.c_str());
     REQUIRE(needle_init("", tools.c_str(), nullptr) == 0);
     CHECK(!exists(path));
+}
+
+TEST_CASE("chat retrieval: an index path that is a FIFO or a directory is refused at once, left in place") {
+    api_test::Model model = api_test::load(api_test::model_path("tiny"));
+    const std::string tools = make_names(8);
+    const std::string fifo = temp_path("fifo");
+    std::remove(fifo.c_str());
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    const needle_chat_params p = params_with_index(fifo.c_str());
+    // A blocking open of a FIFO waits for a writer: if create is not back within 10 s, a writer
+    // opens and closes the FIFO to release it, so a regression fails here instead of hanging.
+    std::atomic<bool> done{false};
+    std::thread rescue([&] {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (!done && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (done) return;
+        const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+        if (w >= 0) ::close(w);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    needle_chat *c = reinterpret_cast<needle_chat *>(1);
+    EXPECT_FAIL(NEEDLE_E_IO, needle_chat_create(model.get(), "", tools.c_str(), &p, &c),
+                "tool index: '" + fifo + "' is not a regular file");
+    done = true;
+    rescue.join();
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    CHECK(c == nullptr);
+    struct stat st;
+    REQUIRE(::stat(fifo.c_str(), &st) == 0);
+    CHECK(S_ISFIFO(st.st_mode));  // not replaced by a rebuilt index
+    std::remove(fifo.c_str());
+    // A directory: the same refusal (it used to fail later, at the rename of the rebuilt file).
+    const needle_chat_params dir = params_with_index("/tmp");
+    c = reinterpret_cast<needle_chat *>(1);
+    EXPECT_FAIL(NEEDLE_E_IO, needle_chat_create(model.get(), "", tools.c_str(), &dir, &c),
+                "tool index: '/tmp' is not a regular file");
+    CHECK(c == nullptr);
 }
 
 TEST_CASE("chat: huge tool lists are refused fast, before parsing, grammar or embedding") {

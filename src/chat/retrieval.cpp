@@ -1,10 +1,13 @@
 // Tool retrieval (retrieval.h, tool-calling.md §9).
 #include "chat/retrieval.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -30,6 +33,12 @@ struct File {
     std::FILE *f;
     ~File() {
         if (f) std::fclose(f);
+    }
+};
+struct Fd {
+    int fd;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
     }
 };
 
@@ -114,13 +123,23 @@ std::vector<uint32_t> ToolIndex::select_embedding(const float *query, uint32_t k
 }
 
 bool ToolIndex::read_file(const std::string &path, std::vector<Sha256::Digest> &hashes, std::vector<float> &rows) const {
-    File f{std::fopen(path.c_str(), "rb")};
-    if (!f.f) return false;
-    if (std::fseek(f.f, 0, SEEK_END) != 0) return false;
-    const long end = std::ftell(f.f);
-    if (end < long(kHeader) || uint64_t(end) > kMaxFileBytes || std::fseek(f.f, 0, SEEK_SET) != 0) return false;
-    std::vector<uint8_t> b(static_cast<size_t>(end));
-    if (std::fread(b.data(), 1, b.size(), f.f) != b.size()) return false;
+    // Opened as the model loader opens a container (load.cpp): O_NONBLOCK so that a FIFO (or a
+    // device that waits) cannot block needle_chat_create until a writer comes, then anything
+    // but a regular file is refused. Refused, not rebuilt: the rebuild would rename a new file
+    // over it, replacing whatever the caller put at that path.
+    Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+    if (f.fd < 0) return false;  // missing or unreadable: built (and written) afresh
+    struct stat st;
+    if (::fstat(f.fd, &st) != 0) return false;
+    if (!S_ISREG(st.st_mode)) fail(NEEDLE_E_IO, strf("tool index: '%s' is not a regular file", path.c_str()));
+    if (st.st_size < off_t(kHeader) || uint64_t(st.st_size) > kMaxFileBytes) return false;
+    std::vector<uint8_t> b(static_cast<size_t>(st.st_size));
+    for (size_t got = 0; got < b.size();) {
+        const ssize_t r = ::read(f.fd, b.data() + got, b.size() - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;  // shrank or failed under us: damaged, rebuilt
+        got += size_t(r);
+    }
     uint32_t version, dim, count;
     std::memcpy(&version, b.data() + 8, 4);
     std::memcpy(&dim, b.data() + 44, 4);

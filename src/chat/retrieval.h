@@ -10,7 +10,9 @@
 // An entry whose text hash is in the file is taken from it; the others are embedded, and the
 // file is rewritten atomically (temporary file + rename) whenever it does not list exactly the
 // current tools. A file that is unreadable, damaged or for another model is ignored (rebuilt);
-// so is an entry whose row is not a finite unit vector (the format has no checksum).
+// so is an entry whose row is not a finite unit vector (the format has no checksum). A path
+// that is not a regular file (a FIFO, a directory, a device) is refused at once, without
+// blocking and without replacing it.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +31,7 @@ class ToolIndex {
 public:
     // tool_texts: each tool's canonical JSON (tool-calling.md §3.3), in declaration order.
     // Throws Error(UNSUPPORTED) when the model has no contrastive head or no tokenizer,
-    // Error(IO) when the index file cannot be written.
+    // Error(IO) when the index file cannot be written or is not a regular file.
     ToolIndex(std::shared_ptr<const Model> model, const std::vector<std::string> &tool_texts,
               const std::string &index_path = "");
 
