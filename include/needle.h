@@ -548,7 +548,8 @@ NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
  *  string "name", tool_choice REQUIRED with no tool, a bad validation value; and schemas no
  *  value can satisfy: an empty name, "enum": [], minimum > maximum (exclusive forms too; no
  *  integer in an integer range), minLength > maxLength, minItems > maxItems, an invalid or too
- *  complex "pattern" (> 4096 bytes or groups nested > 64) or one matching no string: the
+ *  complex "pattern" (> 4096 bytes, groups nested > 64, or a {n,m} count above 500) or one
+ *  matching no string: the
  *  message says "tool I ("NAME"): PATH: problem". Duplicate names are accepted (§6.4: the
  *  first is the grammar's)); CONTEXT_FULL (the static prefix leaves fewer than 256 positions
  *  before max_seq_len); UNSUPPORTED (no tokenizer or chat markers); IO (tool_index_path cannot

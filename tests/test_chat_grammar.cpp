@@ -297,6 +297,28 @@ TEST_CASE("chat grammar: post-decode checks (pattern, format, multipleOf, unique
     CHECK(post_check(*c.g, parse_json(R"([{"name":"g","arguments":{}}])")).find("undeclared") != std::string::npos);
 }
 
+TEST_CASE("chat grammar: pattern repeat counts up to the limit are in the grammar; above it refused by count") {
+    // kMaxPatternRepeat is a count the automaton holds: ^a{500}$ is enforced byte by byte.
+    const std::string s = R"({"type":"string","pattern":"^a{)" + std::to_string(kMaxPatternRepeat) + R"(}$"})";
+    const std::string n = std::string(kMaxPatternRepeat, 'a');
+    CHECK(value_ok(s, "\"" + n + "\""));
+    CHECK_FALSE(value_ok(s, "\"" + n.substr(1) + "\""));
+    CHECK_FALSE(value_ok(s, "\"" + n + "a\""));
+    PatternDfa d;
+    std::string why = "stale";
+    REQUIRE(compile_pattern("^a{500}$", d, &why));
+    CHECK(why.empty());
+    // Above it: refused with the count as written, however many digits (no 32- or 64-bit wrap).
+    for (const char *p : {"^a{501}$", "a{4294967296}", "a{0,99999999999999999999999}", "(?=x)a{1000000}"}) {
+        CHECK_FALSE_MESSAGE(compile_pattern(p, d, &why), p);
+        CHECK_MESSAGE(why.find("exceeds the limit of 500") != std::string::npos, p);
+    }
+    CHECK(why == "repeat count 1000000 exceeds the limit of 500");
+    // Merely outside the subset: no refusal (std::regex checks it after decoding, §6.4).
+    CHECK_FALSE(compile_pattern("(?=x)a{3}", d, &why));
+    CHECK(why.empty());
+}
+
 TEST_CASE("chat grammar: pattern as an automaton over code points") {
     const std::string cur = R"({"type":"string","pattern":"^[A-Z]{3}$"})";
     CHECK(value_ok(cur, "\"EUR\""));

@@ -78,3 +78,25 @@ TEST_CASE("chat tool checks: what the spec accepts still creates") {
     CHECK(creates(with_prop(R"({"type":"array","minItems":1,"maxItems":1})")));
     CHECK(creates(with_prop(R"({"enum":[1]})")));
 }
+
+TEST_CASE("chat tool checks: pattern repeat counts above the limit are refused by count, without wraparound") {
+    const std::string at = "needle_chat_create: chat: tool 1 (\"t\"): parameters.properties.v: ";
+    // 2^32 used to wrap to a{0} in std::regex and create; 10^6 was called "not a valid regular
+    // expression"; 501 was accepted and left to the post-decode check.
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"^a{4294967296}$"})")) ==
+          at + "\"pattern\" \"^a{4294967296}$\": repeat count 4294967296 exceeds the limit of 500");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"^a{1000000}$"})")) ==
+          at + "\"pattern\" \"^a{1000000}$\": repeat count 1000000 exceeds the limit of 500");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"^[0-9]{2,501}$"})")) ==
+          at + "\"pattern\" \"^[0-9]{2,501}$\": repeat count 501 exceeds the limit of 500");
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"x{501,}"})")) ==
+          at + "\"pattern\" \"x{501,}\": repeat count 501 exceeds the limit of 500");
+    // Outside our subset (lookahead first), where std::regex would have taken it: refused too.
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"(?=a)a{18446744073709551617}"})")) ==
+          at + "\"pattern\" \"(?=a)a{18446744073709551617}\": repeat count 18446744073709551617 exceeds the limit of 500");
+    // At the limit, leading zeros, and braces that are no quantifier (class, escape) create.
+    CHECK(creates(with_prop(R"({"type":"string","pattern":"^a{500}$"})")));
+    CHECK(creates(with_prop(R"({"type":"string","pattern":"^a{0000500}$"})")));
+    CHECK(creates(with_prop(R"({"type":"string","pattern":"^[{1000}]+$"})")));
+    CHECK(creates(with_prop(R"({"type":"string","pattern":"^\\{1000\\}$"})")));
+}

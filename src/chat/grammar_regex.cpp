@@ -2,8 +2,10 @@
 #include "chat/grammar_regex.h"
 
 #include <algorithm>
+#include <cctype>
 #include <deque>
 #include <map>
+#include <string>
 
 namespace needle {
 namespace chat {
@@ -104,12 +106,13 @@ private:
         return node(c);
     }
 
+    // A decimal count. It saturates just above kMaxPatternRepeat (no wraparound however many
+    // digits); quant() refuses such a count (repeat_refusal has named it first).
     bool number(uint32_t &v) {
         if (eof() || !isdigit(uint8_t(p_[i_]))) return false;
         v = 0;
         while (!eof() && isdigit(uint8_t(p_[i_]))) {
-            v = v * 10 + uint32_t(p_[i_++] - '0');
-            if (v > 1000) throw Unsupported{};
+            v = std::min<uint32_t>(v * 10 + uint32_t(p_[i_++] - '0'), kMaxPatternRepeat + 1);
         }
         return true;
     }
@@ -130,6 +133,7 @@ private:
                 if (!number(mx)) mx = kInf;
             }
             if (eof() || p_[i_] != '}') { i_ = save; return a; }  // a literal '{'
+            if (mn > kMaxPatternRepeat || (mx != kInf && mx > kMaxPatternRepeat)) throw Unsupported{};
             if (mx < mn) throw Unsupported{};
             ++i_;
         } else {
@@ -334,6 +338,48 @@ struct Nfa {
     }
 };
 
+// The first quantifier {n} {n,} {n,m} of `p` with a count above kMaxPatternRepeat, as a
+// message ("" if none). A lexical scan, not the parser: it must also see counts in patterns
+// the parser gives up on earlier (a lookahead before them), which go to std::regex otherwise.
+// Escapes are skipped, and class contents (a ']' first in the class is literal, as the parser
+// reads it); a '{' that does not close a well-formed quantifier is a literal (Annex B).
+std::string repeat_refusal(const std::string &p) {
+    bool in_class = false;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const char c = p[i];
+        if (c == '\\') { ++i; continue; }
+        if (in_class) { in_class = c != ']'; continue; }
+        if (c == '[') {
+            in_class = true;
+            if (i + 1 < p.size() && p[i + 1] == '^') ++i;
+            if (i + 1 < p.size() && p[i + 1] == ']') ++i;
+            continue;
+        }
+        if (c != '{' || i == 0) continue;
+        // Digit runs as text: compared by length first, so no count can overflow.
+        const auto digits = [&](size_t &k) {
+            const size_t b = k;
+            while (k < p.size() && isdigit(uint8_t(p[k]))) ++k;
+            return p.substr(b, k - b);
+        };
+        size_t k = i + 1;
+        const std::string lo = digits(k);
+        std::string hi;
+        if (lo.empty()) continue;
+        if (k < p.size() && p[k] == ',') ++k, hi = digits(k);
+        if (k >= p.size() || p[k] != '}') continue;
+        const std::string limit = std::to_string(kMaxPatternRepeat);
+        for (const std::string &n : {lo, hi}) {
+            const size_t z = std::min(n.find_first_not_of('0'), n.size());
+            const std::string v = n.substr(z);
+            if (v.size() > limit.size() || (v.size() == limit.size() && v > limit))
+                return "repeat count " + v + " exceeds the limit of " + limit;
+        }
+        i = k;
+    }
+    return "";
+}
+
 }  // namespace
 
 uint32_t PatternDfa::class_of(uint32_t cp) const {
@@ -350,7 +396,11 @@ bool PatternDfa::any_live(uint16_t q, uint32_t lo, uint32_t hi, uint32_t room) c
     return false;
 }
 
-bool compile_pattern(const std::string &pattern, PatternDfa &out) {
+bool compile_pattern(const std::string &pattern, PatternDfa &out, std::string *refusal) {
+    std::string why = repeat_refusal(pattern);
+    const bool refused = !why.empty();
+    if (refusal) *refusal = std::move(why);
+    if (refused) return false;
     try {
         std::string body = pattern;
         bool anchor_start = false, anchor_end = false;

@@ -31,8 +31,18 @@ struct PatternDfa {
     bool any_live(uint16_t q, uint32_t lo, uint32_t hi, uint32_t room) const;
 };
 
-// Compiles `pattern`; false (dfa untouched) if it is outside the subset or too large.
-bool compile_pattern(const std::string &pattern, PatternDfa &dfa);
+// Largest count a {n} {n,} {n,m} quantifier may give. Counting n exactly takes at least n + 1
+// DFA states (kMaxDfaStates = 512), so a larger count can never become part of the grammar;
+// and std::regex, the post-decode fallback, wraps counts past 32 bits (a{4294967296} became
+// a{0}) and gives up near 100000 states. So a pattern with a larger count is refused at create
+// rather than left unenforced.
+constexpr uint32_t kMaxPatternRepeat = 500;
+
+// Compiles `pattern`; false (dfa untouched) if it is outside the subset or too large. When the
+// pattern must be refused outright (a quantifier count above kMaxPatternRepeat, anywhere in the
+// pattern, in the subset or not) `refusal`, if given, receives why, e.g. "repeat count 1000000
+// exceeds the limit of 500"; otherwise it is cleared.
+bool compile_pattern(const std::string &pattern, PatternDfa &dfa, std::string *refusal = nullptr);
 
 }  // namespace chat
 }  // namespace needle

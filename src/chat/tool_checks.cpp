@@ -107,7 +107,8 @@ private:
         if (nesting(p) > kMaxPatternNesting)
             refuse(path, strf("\"pattern\" nests groups %zu deep (at most %zu)", nesting(p), kMaxPatternNesting));
         PatternDfa dfa;
-        if (compile_pattern(p, dfa)) {
+        std::string why;
+        if (compile_pattern(p, dfa, &why)) {
             const uint32_t d0 = dfa.mindist[dfa.start];
             if (d0 == UINT32_MAX) refuse(path, "\"pattern\" " + quoted(p) + " matches no string");
             const JsonValue *mx = number_member(s, "maxLength");
@@ -115,6 +116,9 @@ private:
                 refuse(path, "no string of at most maxLength " + mx->text + " code points matches \"pattern\" " + quoted(p));
             return;
         }
+        // A count the grammar cannot enforce (grammar_regex.h: kMaxPatternRepeat); std::regex
+        // would wrap it past 32 bits or refuse it as "not valid", which it is.
+        if (!why.empty()) refuse(path, "\"pattern\" " + quoted(p) + ": " + why);
         // Outside our subset: valid ECMAScript is checked after decoding (§6.4); invalid never passes.
         try {
             const std::regex re(p, std::regex::ECMAScript);

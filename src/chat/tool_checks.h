@@ -11,6 +11,8 @@
 //   * a numeric range no value satisfies: minimum > maximum, and the exclusive forms (for
 //     "type": "integer" also a range with no integer in it, e.g. 1.2 .. 1.8);
 //   * minLength > maxLength, minItems > maxItems;
+//   * a "pattern" with a {n} {n,} {n,m} count above kMaxPatternRepeat (grammar_regex.h: no
+//     grammar can enforce it, std::regex wraps it past 32 bits), subset or not;
 //   * a "pattern" that is not a valid ECMAScript regular expression (neither our compiler nor
 //     std::regex accepts it: the post-decode check could never pass), or longer than
 //     kMaxPatternBytes / nested deeper than kMaxPatternNesting (std::regex recurses), or one our
