@@ -170,9 +170,7 @@ NEEDLE_API needle_status needle_model_load_file(const char *path, const needle_m
                                                 needle_model **out);
 
 /** As needle_model_load_file, from `size` bytes at `data`, which are copied: the caller may free
- *  `data` as soon as the call returns. `use_mmap` is ignored. INVALID_ARGUMENT for NULL `data`
- *  at any size (0 included) or NULL `out`; a non-NULL `data` with `size` 0 is FORMAT (no
- *  container). */
+ *  `data` as soon as the call returns. `use_mmap` is ignored. */
 NEEDLE_API needle_status needle_model_load_memory(const void *data, size_t size,
                                                   const needle_model_params *p,
                                                   needle_model **out);

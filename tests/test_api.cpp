@@ -281,20 +281,6 @@ TEST_CASE("api: NULL handles and out-pointers on every entry point") {
 
 // ---------------------------------------------------------------- model info
 
-TEST_CASE("api: needle_model_load_memory refuses NULL data at any size, 0 included") {
-    // NULL data is the caller's mistake (INVALID_ARGUMENT, as a NULL path is for load_file),
-    // never a container to judge: (NULL, 0) used to come back as FORMAT.
-    needle_model *mo = kSentinelModel;
-    EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_model_load_memory(nullptr, 0, nullptr, &mo),
-                "needle_model_load_memory: data or out is NULL");
-    CHECK(mo == nullptr);
-    // Zero bytes that are there are judged as a container: not a .cact file.
-    const uint8_t byte = 0;
-    mo = kSentinelModel;
-    EXPECT_FAIL(NEEDLE_E_FORMAT, needle_model_load_memory(&byte, 0, nullptr, &mo), "0 bytes");
-    CHECK(mo == nullptr);
-}
-
 TEST_CASE("api: model_info equals the fixture manifest header") {
     for (const std::string name : {"tiny", "odd", "needle2"}) {
         CAPTURE(name);

@@ -207,12 +207,11 @@ needle_status needle_model_load_file(const char *path, const needle_model_params
 needle_status needle_model_load_memory(const void *data, size_t size, const needle_model_params *p,
                                        needle_model **out) {
     if (out) *out = nullptr;
-    // NULL data is a caller error at any size, as a NULL path is for needle_model_load_file;
-    // only bytes that are there (even zero of them) are judged as a container (FORMAT).
-    if (!out || !data)
+    if (!out || (!data && size > 0))
         return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_model_load_memory: data or out is NULL");
     return load_common("needle_model_load_memory", p, out, [&](const needle::LoadOptions &) {
-        return needle::FileBytes::copy(data, size);
+        static const uint8_t empty = 0;
+        return needle::FileBytes::copy(data ? data : &empty, size);
     });
 }
 
