@@ -545,7 +545,8 @@ NEEDLE_API void needle_chat_params_init(needle_chat_params *p);
  *  an array, more than NEEDLE_CHAT_MAX_TOOLS tools, a tool that is not an object or has no
  *  string "name", tool_choice REQUIRED with no tool, a bad validation value; and schemas no
  *  value can satisfy: an empty name, "enum": [], minimum > maximum (exclusive forms too; no
- *  integer in an integer range), minLength > maxLength, minItems > maxItems, an invalid or too
+ *  integer in an integer range; an integer or number range with no value of at most 15 digits,
+ *  which is what the grammar writes: e.g. "minimum": 1e19), minLength > maxLength, minItems > maxItems, an invalid or too
  *  complex "pattern" (> 4096 bytes, groups nested > 64, or a {n,m} count above 500) or one
  *  matching no string: the
  *  message says "tool I ("NAME"): PATH: problem". Duplicate names are accepted (§6.4: the

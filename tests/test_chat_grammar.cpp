@@ -157,6 +157,33 @@ TEST_CASE("chat grammar: integer ranges pruned by prefix") {
                         call(R"({"v":3})")));
 }
 
+TEST_CASE("chat grammar: a range beyond the digits of a bounded number is unsatisfiable, not a dead end") {
+    // At most kBoundedDigits digits, no exponent: minimum 1e19 leaves no value. The type is
+    // dropped (as for an empty range) instead of leaving a frame no byte continues.
+    CHECK(gram::kBoundedDigits == 15);
+    CHECK_FALSE(gram::range_writable(true, 1e19, true, HUGE_VAL, true));
+    CHECK_FALSE(gram::range_writable(true, HUGE_VAL, true, HUGE_VAL, true));  // 1e400
+    CHECK_FALSE(gram::range_writable(true, 999999999999999.0, false, HUGE_VAL, true));
+    CHECK(gram::range_writable(true, 999999999999999.0, true, HUGE_VAL, true));
+    CHECK_FALSE(gram::range_writable(false, 1e-20, true, 1e-16, true));
+    CHECK(gram::range_writable(false, 0.1, true, 0.1, true));
+    CHECK(gram::range_writable(false, -0.5, true, -0.25, true));
+    const std::string big = R"({"type":["integer","null"],"minimum":1e19})";
+    CHECK(value_ok(big, "null"));
+    CHECK_FALSE(value_ok(big, "1"));
+    // A required key of that type: only the refusal remains, and its masks are never empty.
+    const auto c = compile(tool(obj(R"({"v":{"type":"integer","minimum":1e19}})", R"(["v"])")));
+    CHECK(accepts(c, "[]"));
+    CHECK_FALSE(accepts(c, call(R"({"v":10000000000000000000})")));
+    GrammarMatcher m(c.g, tokens());
+    std::vector<uint64_t> mask((tokens().size() + 63) / 64);
+    REQUIRE(m.accept_bytes("["));
+    CHECK(m.fill_mask(mask.data()) > 0);
+    CHECK_FALSE(m.accept_bytes("{"));
+    // The edge the matcher writes: the largest 15-digit integer.
+    CHECK(value_ok(R"({"type":"integer","minimum":999999999999999})", "999999999999999"));
+}
+
 TEST_CASE("chat grammar: number ranges, forms and exponents") {
     const std::string s = R"({"type":"number","exclusiveMinimum":0,"maximum":10000.0})";
     for (const char *v : {"0.5", "10000", "10000.0", "0.01", "9999.99", "1"}) CHECK_MESSAGE(value_ok(s, v), v);

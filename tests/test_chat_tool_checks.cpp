@@ -100,3 +100,33 @@ TEST_CASE("chat tool checks: pattern repeat counts above the limit are refused b
     CHECK(creates(with_prop(R"({"type":"string","pattern":"^[{1000}]+$"})")));
     CHECK(creates(with_prop(R"({"type":"string","pattern":"^\\{1000\\}$"})")));
 }
+
+TEST_CASE("chat tool checks: numeric ranges beyond the digits the grammar writes are refused, naming tool and property") {
+    // These created, then every turn ended error_code "internal" ("the grammar allowed no token
+    // inside the call"): a bounded number has at most 15 digits and no exponent. Bounds are
+    // quoted as the canonical tools text writes them (§3.3: 1e+19, 1e400 -> Infinity).
+    const std::string at = "needle_chat_create: chat: tool 1 (\"t\"): parameters.properties.v: ";
+    const std::string int_tail = " admits no integer the grammar can write (at most 15 digits, no exponent: magnitude below 1e15)";
+    CHECK(refusal(with_prop(R"({"type":"integer","minimum":1e19})")) == at + "the range minimum 1e+19" + int_tail);
+    CHECK(refusal(with_prop(R"({"type":"integer","minimum":1e400})")) == at + "the range minimum Infinity" + int_tail);
+    CHECK(refusal(with_prop(R"({"type":"integer","maximum":-1e15})")) == at + "the range maximum -1000000000000000.0" + int_tail);
+    CHECK(refusal(with_prop(R"({"type":"integer","exclusiveMinimum":999999999999999})")) ==
+          at + "the range exclusiveMinimum 999999999999999" + int_tail);
+    CHECK(refusal(with_prop(R"({"type":["integer","null"],"minimum":1e18,"maximum":2e18})")) ==
+          at + "the range minimum 1e+18, maximum 2e+18" + int_tail);
+    CHECK(refusal(with_prop(R"({"type":"number","minimum":1e-20,"maximum":1e-16})")) ==
+          at + "the range minimum 1e-20, maximum 1e-16 admits no number the grammar can write (at most 15 "
+               "digits, no exponent: magnitude below 1e15, steps of 1e-14)");
+    // minimum > maximum keeps its own message (not this one).
+    CHECK(refusal(with_prop(R"({"type":"integer","minimum":5,"maximum":3})")) ==
+          at + "the range minimum 5, maximum 3 admits no value");
+    // The edges the grammar does write, and ranges it does not apply: enum / const win over
+    // "type" (§6.4), and without a numeric type the range is not enforced.
+    CHECK(creates(with_prop(R"({"type":"integer","minimum":999999999999999})")));
+    CHECK(creates(with_prop(R"({"type":"integer","maximum":-999999999999999})")));
+    CHECK(creates(with_prop(R"({"type":"integer","minimum":-1e400})")));
+    CHECK(creates(with_prop(R"({"type":"number","minimum":1e-14,"maximum":1e-14})")));
+    CHECK(creates(with_prop(R"({"type":"number","minimum":0.5,"exclusiveMaximum":999999999999999.5})")));
+    CHECK(creates(with_prop(R"({"type":"integer","minimum":1e19,"enum":[1e19]})")));
+    CHECK(creates(with_prop(R"({"type":"string","minimum":1e19})")));
+}

@@ -181,6 +181,11 @@ public:
         } else {
             ok = n.lo < n.hi || (n.lo == n.hi && n.lo_inc && n.hi_inc);
         }
+        // A bounded value has at most kBoundedDigits digits: a non-empty range beyond them
+        // ("minimum": 1e19) is as unsatisfiable as an empty one. Marked so, the node is dropped
+        // like any other (from a union, an optional key, a tool) instead of leaving the matcher
+        // a frame no byte can continue (fill_mask 0: error_code "internal" every turn).
+        ok = ok && (!n.bounded || range_writable(integer, n.lo, n.lo_inc, n.hi, n.hi_inc));
         return add(std::move(n), ok);
     }
 
@@ -248,6 +253,29 @@ private:
 };
 
 }  // namespace
+
+bool gram::range_writable(bool integer, double lo, bool lo_inc, double hi, bool hi_inc) {
+    if (integer) {
+        if (std::isfinite(lo)) lo = lo_inc ? std::ceil(lo) : std::floor(lo) + 1;
+        if (std::isfinite(hi)) hi = hi_inc ? std::floor(hi) : std::ceil(hi) - 1;
+        lo_inc = hi_inc = true;
+    }
+    const auto in = [&](double x) { return (lo_inc ? x >= lo : x > lo) && (hi_inc ? x <= hi : x < hi); };
+    // Every writable value is m / 10^j with |m| < 10^kBoundedDigits and j < kBoundedDigits
+    // fraction digits ("0." + j digits keeps one integer digit); an integer has j = 0. Per j the
+    // smallest m at or above lo is ceil(lo * 10^j) within one (rounding), so three candidates,
+    // each tested exactly as the matcher computes it, decide whether any m is in range.
+    double p = 1;
+    for (uint32_t k = 0; k < kBoundedDigits; ++k) p *= 10;
+    const double M = p - 1;  // 999999999999999
+    double scale = 1;
+    for (uint32_t j = 0; j < (integer ? 1 : kBoundedDigits); ++j, scale *= 10) {
+        const double m0 = std::min(M, std::max(-M, std::ceil(lo * scale)));  // -inf, +inf clamp too
+        for (double m = std::max(-M, m0 - 1); m <= std::min(M, m0 + 1); ++m)
+            if (in(m / scale)) return true;
+    }
+    return false;
+}
 
 std::shared_ptr<const Grammar> Grammar::compile(const std::vector<const JsonValue *> &tools,
                                                 const GrammarOptions &opt) {

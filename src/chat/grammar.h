@@ -93,6 +93,12 @@ struct Node {
     bool unique = false;
 };
 struct Lit { std::string bytes; uint32_t payload; };
+// Can the matcher write some value of a bounded number in [lo, hi] (inclusive per flag)? A
+// bounded number has at most kBoundedDigits digits in all and no exponent, so its magnitude is
+// below 10^15 and its finest step 10^-14; an integer range is first narrowed to integer bounds
+// (as the compiler does). Values are compared as the matcher compares them (digits / 10^j).
+// False e.g. for "minimum": 1e19 or 1e400, or a number range inside (0, 1e-14).
+bool range_writable(bool integer, double lo, bool lo_inc, double hi, bool hi_inc);
 }  // namespace gram
 
 // The CALLS language of §6.4 over the given tools (each an Object with a String "name"; the

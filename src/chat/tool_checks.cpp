@@ -99,6 +99,29 @@ private:
             empty = ilo > ihi;
         }
         if (empty) refuse(path, "the range " + desc + " admits no value");
+        // A non-empty range the grammar cannot write a value of (grammar.h: range_writable):
+        // the grammar drops that type, so every call needing it would be unreachable, and the
+        // author would never learn why. Only where the grammar compiles this schema as a
+        // number: "enum" / "const" take precedence over "type" (§6.4), and without a numeric
+        // type the range is not enforced at all.
+        if (desc.empty() || member(s, "enum") || member(s, "const")) return;
+        bool has_integer = false, has_number = false;
+        const auto note = [&](const JsonValue &v) {
+            if (v.kind != JsonValue::Kind::String) return;
+            has_integer = has_integer || v.text == "integer";
+            has_number = has_number || v.text == "number";
+        };
+        if (t && t->kind == JsonValue::Kind::Array)
+            for (const auto &v : t->items) note(v);
+        else if (t)
+            note(*t);
+        if (!has_integer && !has_number) return;
+        const bool integer = !has_number;  // the grammar compiles ["integer","number"] as number
+        if (!gram::range_writable(integer, lo, lo_inc, hi, hi_inc))
+            refuse(path, "the range " + desc + " admits no " + (integer ? "integer" : "number") +
+                             " the grammar can write (at most " + std::to_string(gram::kBoundedDigits) +
+                             " digits, no exponent: magnitude below 1e15" + (integer ? "" : ", steps of 1e-14") +
+                             ")");
     }
 
     void pattern(const JsonValue &s, const std::string &p, const std::string &path) const {

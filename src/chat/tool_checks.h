@@ -10,6 +10,10 @@
 //   * "enum": [] ;
 //   * a numeric range no value satisfies: minimum > maximum, and the exclusive forms (for
 //     "type": "integer" also a range with no integer in it, e.g. 1.2 .. 1.8);
+//   * a numeric range, for "type" "integer" or "number" (alone or in a list, no enum/const),
+//     with no value the grammar can write: a bounded number has at most gram::kBoundedDigits
+//     digits and no exponent, so e.g. "minimum": 1e19 or 1e400 (the grammar would drop the type
+//     and every call needing it: each turn ended "internal" before the drop was added);
 //   * minLength > maxLength, minItems > maxItems;
 //   * a "pattern" with a {n} {n,} {n,m} count above kMaxPatternRepeat (grammar_regex.h: no
 //     grammar can enforce it, std::regex wraps it past 32 bits), subset or not;
