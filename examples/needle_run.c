@@ -10,7 +10,11 @@
  * --tools is given, one tool-calling turn with those tools: `needle-run "Set a timer for 5
  * minutes"` prints a set_timer call. A build without the built-in model loads the copy in the
  * build tree (NEEDLE_DEMO_MODEL) and the tools file beside it. Uses only needle.h. */
+#include <ctype.h>
 #include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,16 +55,31 @@ static void usage(FILE *f) {
             "  --threads N      worker threads (default 0 = all cores; more than the cores are clamped)\n");
 }
 
-/* Parses a number argument; exits with a message on junk. */
-static double number(const char *flag, const char *s) {
+/* Flag values are parsed strictly: a bad one is a usage error (exit 2), never a value cast
+ * into range. (A cast wrapped 99999999999999999999 to max_tokens 0 and let -5 through.) */
+static void bad_value(const char *flag, const char *s, const char *want) {
+    fprintf(stderr, "needle-run: %s takes %s, got '%s' (see --help)\n", flag, want, s);
+    exit(2);
+}
+
+/* A decimal integer in [lo, hi]. strtoull alone would skip leading spaces and accept "-5"
+ * (negated into a huge value), so the first character must be a digit. */
+static uint64_t integer(const char *flag, const char *s, uint64_t lo, uint64_t hi, const char *want) {
     char *end = NULL;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end) {
-        fprintf(stderr, "needle-run: %s needs a number, got '%s'\n", flag, s);
-        exit(2);
-    }
-    return v;
+    const unsigned long long v = s[0] >= '0' && s[0] <= '9' ? strtoull(s, &end, 10) : 0;
+    if (!end || *end || errno == ERANGE || v < lo || v > hi) bad_value(flag, s, want);
+    return (uint64_t)v;
+}
+
+/* A finite real in [lo, hi] (lo excluded if lo_open); no leading space, nan or inf. */
+static float real(const char *flag, const char *s, double lo, int lo_open, double hi, const char *want) {
+    char *end = NULL;
+    errno = 0;
+    const double v = s[0] && !isspace((unsigned char)s[0]) ? strtod(s, &end) : 0.0;
+    if (!end || end == s || *end || errno == ERANGE || !isfinite(v) || v < lo || (lo_open && v == lo) || v > hi)
+        bad_value(flag, s, want);
+    return (float)v;
 }
 
 static int fail(const char *what, needle_status st) {
@@ -99,16 +118,18 @@ int main(int argc, char **argv) {
             else if (!strcmp(c, "none")) tool_choice = NEEDLE_TOOL_CHOICE_NONE;
             else { fprintf(stderr, "needle-run: --tool-choice takes auto, required or none, got '%s'\n", c); return 2; }
         }
-        else if (!strcmp(a, "--max-tokens")) { gp.max_tokens = (uint32_t)number(a, argv[++i]); max_set = 1; }
-        else if (!strcmp(a, "--temperature")) gp.temperature = (float)number(a, argv[++i]);
-        else if (!strcmp(a, "--top-k")) gp.top_k = (int32_t)number(a, argv[++i]);
-        else if (!strcmp(a, "--top-p")) gp.top_p = (float)number(a, argv[++i]);
-        else if (!strcmp(a, "--seed")) gp.seed = (uint64_t)number(a, argv[++i]);
-        else if (!strcmp(a, "--threads")) {
-            /* in int32 range (the library clamps it to the cores; it refuses a negative one) */
-            const double t = number(a, argv[++i]);
-            mp.n_threads = t >= (double)INT32_MAX ? INT32_MAX : t <= (double)INT32_MIN ? INT32_MIN : (int32_t)t;
+        /* The ranges are the library's (needle.h): a value it would refuse is refused here, as
+         * a usage error, before the model loads. max_tokens 0 generates nothing (the chat
+         * refuses it). n_threads above the cores is clamped by the library. */
+        else if (!strcmp(a, "--max-tokens")) {
+            gp.max_tokens = (uint32_t)integer(a, argv[++i], 1, UINT32_MAX, "an integer from 1 to 4294967295");
+            max_set = 1;
         }
+        else if (!strcmp(a, "--temperature")) gp.temperature = real(a, argv[++i], 0.0, 0, FLT_MAX, "a number >= 0");
+        else if (!strcmp(a, "--top-k")) gp.top_k = (int32_t)integer(a, argv[++i], 0, INT32_MAX, "an integer from 0 to 2147483647");
+        else if (!strcmp(a, "--top-p")) gp.top_p = real(a, argv[++i], 0.0, 1, 1.0, "a number in (0, 1]");
+        else if (!strcmp(a, "--seed")) gp.seed = integer(a, argv[++i], 0, UINT64_MAX, "an integer from 0 to 18446744073709551615");
+        else if (!strcmp(a, "--threads")) mp.n_threads = (int32_t)integer(a, argv[++i], 0, INT32_MAX, "an integer from 0 to 2147483647");
         else if (a[0] == '-' && a[1] == '-' && a[2]) { fprintf(stderr, "needle-run: unknown option %s\n", a); usage(stderr); return 2; }
         else if (!prompt) prompt = a;
         else { fprintf(stderr, "needle-run: more than one prompt given\n"); return 2; }

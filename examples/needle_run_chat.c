@@ -1,16 +1,26 @@
 /* needle-run --tools: one tool-calling turn through needle_chat (needle.h only); prints the
  * response envelope (tool-calling.md §7) indented. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "needle.h"
 #include "needle_run_chat.h"
 
-/* Reads a whole file into a NUL-terminated heap buffer, or NULL. */
+/* Reads a whole file into a NUL-terminated heap buffer, or NULL with errno set. A directory
+ * opens and then reads as nothing, which the chat reported as "invalid JSON at byte 0": it is
+ * refused as EISDIR instead. (A pipe is fine: --tools <(...) reads one.) */
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        errno = EISDIR;
+        return NULL;
+    }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     while (buf) {
@@ -20,7 +30,9 @@ static char *read_file(const char *path) {
         if (!bigger) { free(buf); buf = NULL; break; }
         buf = bigger, cap *= 2;
     }
+    if (buf && ferror(f)) { const int e = errno; free(buf); buf = NULL; errno = e ? e : EIO; }
     if (buf) buf[n] = '\0';
+    else if (!errno) errno = ENOMEM;
     fclose(f);
     return buf;
 }
@@ -49,9 +61,11 @@ static void print_pretty(const char *s) {
 
 int run_chat(needle_model *model, const char *tools_path, const char *tools_text,
              const char *system, int tool_choice, uint32_t max_tokens, const char *query) {
+    errno = 0;
     char *tools = tools_text ? NULL : read_file(tools_path);
     if (!tools && !tools_text) {
-        fprintf(stderr, "needle-run: cannot read %s\n", tools_path);
+        fprintf(stderr, "needle-run: --tools %s: cannot read it: %s%s\n", tools_path, strerror(errno),
+                errno == EISDIR ? " (a JSON file of tool schemas is expected)" : "");
         return 1;
     }
     needle_chat_params cp;

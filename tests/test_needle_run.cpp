@@ -1,0 +1,102 @@
+// needle-run (examples/needle_run.c, needle_run_chat.c), run as a child: flag values are parsed
+// strictly (range, sign, trailing garbage) and a bad one is a usage error, exit 2, before any
+// model work; --tools naming a directory says so. Built without the examples: nothing to test.
+#include <doctest/doctest.h>
+
+#ifdef NEEDLE_RUN
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Run {
+    int status = -1;     // exit code, or 128 + signal
+    std::string output;  // fd 1 and 2 together
+};
+
+// needle-run with `args` (fork + exec), fd 1 and 2 captured in a temporary file.
+Run needle_run(const std::vector<std::string> &args) {
+    char path[] = "/tmp/needle-run-out.XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    unlink(path);
+    std::vector<std::string> argv_s{NEEDLE_RUN};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char *> argv;
+    for (std::string &a : argv_s) argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 1), dup2(fd, 2);
+        execv(argv[0], argv.data());
+        _exit(127);
+    }
+    int ws = 0;
+    REQUIRE(waitpid(pid, &ws, 0) == pid);
+    Run r;
+    r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    lseek(fd, 0, SEEK_SET);
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) r.output.append(buf, size_t(n));
+    close(fd);
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("needle-run: bad numeric flag values are usage errors (exit 2) naming flag, range and value") {
+    struct Bad { std::vector<std::string> args; std::string message; };
+    const std::string u32 = "takes an integer from 1 to 4294967295, got '";
+    const std::vector<Bad> bad{
+        // 2^64 + ... wrapped to max_tokens 0 (an error after the model ran); -5 was taken.
+        {{"--max-tokens", "99999999999999999999"}, "needle-run: --max-tokens " + u32 + "99999999999999999999'"},
+        {{"--max-tokens", "-5"}, "needle-run: --max-tokens " + u32 + "-5'"},
+        {{"--max-tokens", "4294967296"}, "needle-run: --max-tokens " + u32 + "4294967296'"},
+        {{"--max-tokens", "0"}, "needle-run: --max-tokens " + u32 + "0'"},
+        {{"--max-tokens", "12abc"}, "needle-run: --max-tokens " + u32 + "12abc'"},
+        {{"--max-tokens", " 7"}, "needle-run: --max-tokens " + u32 + " 7'"},
+        {{"--seed", "-1"}, "needle-run: --seed takes an integer from 0 to 18446744073709551615, got '-1'"},
+        {{"--seed", "18446744073709551616"},
+         "needle-run: --seed takes an integer from 0 to 18446744073709551615, got '18446744073709551616'"},
+        {{"--top-k", "2.5"}, "needle-run: --top-k takes an integer from 0 to 2147483647, got '2.5'"},
+        {{"--threads", "-2"}, "needle-run: --threads takes an integer from 0 to 2147483647, got '-2'"},
+        {{"--temperature", "-0.5"}, "needle-run: --temperature takes a number >= 0, got '-0.5'"},
+        {{"--temperature", "nan"}, "needle-run: --temperature takes a number >= 0, got 'nan'"},
+        {{"--temperature", "1e999"}, "needle-run: --temperature takes a number >= 0, got '1e999'"},
+        {{"--top-p", "0"}, "needle-run: --top-p takes a number in (0, 1], got '0'"},
+        {{"--top-p", "1.01"}, "needle-run: --top-p takes a number in (0, 1], got '1.01'"},
+    };
+    for (const Bad &b : bad) {
+        std::vector<std::string> args = b.args;
+        args.push_back("hi");
+        const Run r = needle_run(args);
+        INFO(b.args[0] << " " << b.args[1] << " -> " << r.status << ": " << r.output);
+        CHECK(r.status == 2);
+        CHECK(r.output.find(b.message) != std::string::npos);
+        CHECK(r.output.find("\"type\"") == std::string::npos);  // refused before any turn ran
+    }
+    // The extremes of the ranges are taken (the demo model's turn runs and prints its envelope).
+    const Run ok = needle_run({"--max-tokens", "4294967295", "--seed", "18446744073709551615", "hi"});
+    INFO(ok.output);
+    CHECK(ok.status == 0);
+    CHECK(ok.output.find("\"type\": \"call\"") != std::string::npos);
+}
+
+TEST_CASE("needle-run: --tools naming a directory says so") {
+    // It used to read as empty text: "invalid JSON at byte 0: expected a value".
+    const Run r = needle_run({"--tools", "/tmp", "hi"});
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("needle-run: --tools /tmp: cannot read it: Is a directory (a JSON file of tool schemas is expected)") !=
+          std::string::npos);
+    CHECK(r.output.find("invalid JSON") == std::string::npos);
+}
+
+#endif  // NEEDLE_RUN
