@@ -418,7 +418,9 @@ typedef struct needle_generate_result {
  *  to stop: the state is valid and holds every streamed token); INVALID_ARGUMENT (NULL state,
  *  NULL prompt with prompt_len > 0, invalid UTF-8, bad sampling parameters, a batch of another
  *  model, nothing to feed: an empty prompt and no BOS); UNSUPPORTED (no tokenizer);
- *  CONTEXT_FULL (the prompt does not fit with room for one generated token: nothing is fed). */
+ *  CONTEXT_FULL (the prompt does not fit with room for one generated token: nothing is fed).
+ *  The context is the state's needle_state_params.max_tokens when set, else max_seq_len:
+ *  generation stops with NEEDLE_STOP_CONTEXT_FULL when the state holds that many positions. */
 NEEDLE_API needle_status needle_generate(needle_state *state, needle_batch *batch,
                                          const char *prompt, size_t prompt_len,
                                          const needle_generate_params *params,

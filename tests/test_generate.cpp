@@ -666,6 +666,72 @@ void check_all(needle_model *m, needle_model *other) {
 
 }  // namespace
 
+// A state created with max_tokens holds that many positions (its KV memory is sized for them):
+// needle_generate stops there as needle_state_decode refuses to go past it. It used the model's
+// max_seq_len, and on Needle 3 wrote past the state's caches (SIGSEGV in qk_store).
+void check_state_max_tokens(needle_model *m) {
+    const needle_model_info info = info_of(m);
+    const uint32_t cap = 8;
+    REQUIRE(info.max_seq_len > 4 * cap);
+    needle_state_params sp;
+    sp.struct_size = sizeof sp;
+    needle_state_params_init(&sp);
+    sp.max_tokens = cap;
+    needle_state *raw = nullptr;
+    REQUIRE(needle_state_create_ex(m, &sp, &raw) == NEEDLE_OK);
+    State s(raw);
+    const std::string prompt = "Hi";
+    const std::vector<uint32_t> pids = tokenize(m, prompt, true);
+    REQUIRE(pids.size() + 1 < cap);
+    const Run r = generate(s.get(), nullptr, prompt, greedy(100));
+    CHECK(r.status == NEEDLE_OK);
+    CHECK(r.pos <= cap);
+    CHECK(r.result.prompt_tokens == pids.size());
+    CHECK(r.pos == r.result.prompt_tokens + r.result.generated_tokens);
+    if (r.result.stop_reason != NEEDLE_STOP_EOS) {
+        CHECK(r.result.stop_reason == NEEDLE_STOP_CONTEXT_FULL);
+        CHECK(r.pos == cap);
+    }
+    // The same tokens as decoding by hand within the cap.
+    needle_state *raw2 = nullptr;
+    REQUIRE(needle_state_create_ex(m, &sp, &raw2) == NEEDLE_OK);
+    State man(raw2);
+    std::vector<float> lg = prefill(man.get(), nullptr, pids, info.vocab_size);
+    for (size_t i = 0; i < r.stream.ids.size(); ++i) {
+        CHECK(r.stream.ids[i] == argmax(lg));
+        if (needle_state_pos(man.get()) < cap)
+            REQUIRE(needle_state_decode(man.get(), r.stream.ids[i], lg.data(), lg.size()) == NEEDLE_OK);
+    }
+    // A full state, and a prompt longer than the cap: CONTEXT_FULL naming max_tokens, nothing fed.
+    needle_generate_result res = garbage_result();
+    Stream st;
+    const needle_generate_params p = greedy(10);
+    if (r.pos == cap) {
+        EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_generate(s.get(), nullptr, "Hi", 2, &p, collect, &st, &res),
+                    "max_tokens 8");
+        CHECK(needle_state_pos(s.get()) == cap);
+        check_no_generation(res);
+    }
+    needle_state_reset(s.get());
+    const std::string longer = "one two three four five six seven eight nine ten eleven twelve";
+    REQUIRE(tokenize(m, longer, true).size() >= cap);
+    res = garbage_result();
+    EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL,
+                needle_generate(s.get(), nullptr, longer.data(), longer.size(), &p, collect, &st, &res), "max_tokens 8");
+    CHECK(st.calls == 0);
+    CHECK(needle_state_pos(s.get()) == 0);
+    check_no_generation(res);
+}
+
+TEST_CASE("generate: a state's max_tokens bounds generation (tiny v2, tiny3 v3)") {
+    for (const std::string &path : {model_path("tiny"), fixtures::v3("models/tiny3.cact")}) {
+        CAPTURE(path);
+        Model m = load(path);
+        if (!info_of(m.get()).has_tokenizer) continue;
+        check_state_max_tokens(m.get());
+    }
+}
+
 TEST_CASE("generate: odd") {
     Model m = load(model_path("odd"));
     Model other = load(model_path("tiny"));

@@ -28,10 +28,14 @@ needle_status Generator::run(Sequence &seq, Workspace &step, Workspace *batch, s
     if (seq.pos == 0 && opt.add_bos) prompt_ids_.push_back(tok->bos_id());
     tok->encode(prompt, prompt_ids_);
     if (prompt_ids_.empty()) fail(NEEDLE_E_INVALID_ARGUMENT, "empty prompt: nothing to condition on");
-    const uint32_t Tmax = m_.info().max_seq_len;
-    if (prompt_ids_.size() + 1 > size_t(Tmax - seq.pos))  // room for the prompt and one token
-        fail(NEEDLE_E_CONTEXT_FULL, strf("prompt of %zu token%s at position %u leaves no room in max_seq_len %u",
-                                         prompt_ids_.size(), plural(prompt_ids_.size()), seq.pos, Tmax));
+    // The positions this state holds: its max_tokens (its KV memory is sized for them) when
+    // the caller set one, else the model's max_seq_len. Past it a Needle 3 state writes beyond
+    // its caches, as needle_state_decode and prefill refuse to.
+    const uint32_t Tmax = seq.limit ? seq.limit : m_.info().max_seq_len;
+    const char *what = Tmax < m_.info().max_seq_len ? "this state's max_tokens" : "max_seq_len";
+    if (seq.pos >= Tmax || prompt_ids_.size() + 1 > size_t(Tmax - seq.pos))  // the prompt and one token
+        fail(NEEDLE_E_CONTEXT_FULL, strf("prompt of %zu token%s at position %u leaves no room in %s %u",
+                                         prompt_ids_.size(), plural(prompt_ids_.size()), seq.pos, what, Tmax));
 
     auto t0 = std::chrono::steady_clock::now();
     feed(m_, seq, batch ? *batch : step, prompt_ids_.data(), prompt_ids_.size(), logits_.data());
