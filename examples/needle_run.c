@@ -82,6 +82,15 @@ static float real(const char *flag, const char *s, double lo, int lo_open, doubl
     return (float)v;
 }
 
+/* Whether `a` is one of the options that take a value (every option but --help). */
+static int value_option(const char *a) {
+    static const char *const names[] = {"--model", "--tools", "--system", "--tool-choice", "--max-tokens",
+                                        "--temperature", "--top-k", "--top-p", "--seed", "--threads"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
+        if (!strcmp(a, names[i])) return 1;
+    return 0;
+}
+
 static int fail(const char *what, needle_status st) {
     fprintf(stderr, "needle-run: %s: %s (%s)\n", what, needle_last_error(), needle_status_string(st));
     return 1;
@@ -104,9 +113,14 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         const int has_value = i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (a[0] == '-' && a[1] == '-' && a[2] && !has_value) {
-            fprintf(stderr, "needle-run: %s needs a value\n", a);
-            return 2;
+        if (a[0] == '-' && a[1] == '-' && a[2]) {
+            /* Unknown before missing: "--hello" is not an option that lacks a value. A value
+             * that is itself an option ("--model --max-tokens 5") is a missing value too. */
+            if (!value_option(a)) { fprintf(stderr, "needle-run: unknown option %s\n", a); usage(stderr); return 2; }
+            if (!has_value || value_option(argv[i + 1])) {
+                fprintf(stderr, "needle-run: %s needs a value\n", a);
+                return 2;
+            }
         }
         if (!strcmp(a, "--model")) model_path = argv[++i];
         else if (!strcmp(a, "--tools")) tools_path = argv[++i];
@@ -130,7 +144,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--top-p")) gp.top_p = real(a, argv[++i], 0.0, 1, 1.0, "a number in (0, 1]");
         else if (!strcmp(a, "--seed")) gp.seed = integer(a, argv[++i], 0, UINT64_MAX, "an integer from 0 to 18446744073709551615");
         else if (!strcmp(a, "--threads")) mp.n_threads = (int32_t)integer(a, argv[++i], 0, INT32_MAX, "an integer from 0 to 2147483647");
-        else if (a[0] == '-' && a[1] == '-' && a[2]) { fprintf(stderr, "needle-run: unknown option %s\n", a); usage(stderr); return 2; }
         else if (!prompt) prompt = a;
         else { fprintf(stderr, "needle-run: more than one prompt given\n"); return 2; }
     }

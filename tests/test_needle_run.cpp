@@ -89,6 +89,21 @@ TEST_CASE("needle-run: bad numeric flag values are usage errors (exit 2) naming 
     CHECK(ok.output.find("\"type\": \"call\"") != std::string::npos);
 }
 
+TEST_CASE("needle-run: an unknown option is named as unknown, an option as a value is a missing value") {
+    Run r = needle_run({"--hello"});
+    CHECK(r.status == 2);
+    CHECK(r.output.rfind("needle-run: unknown option --hello\n", 0) == 0);  // was "--hello needs a value"
+    r = needle_run({"--hello", "x", "hi"});
+    CHECK(r.status == 2);
+    CHECK(r.output.rfind("needle-run: unknown option --hello\n", 0) == 0);
+    r = needle_run({"--model", "--max-tokens", "5", "hi"});  // was "more than one prompt given"
+    CHECK(r.status == 2);
+    CHECK(r.output == "needle-run: --model needs a value\n");
+    r = needle_run({"hi", "--max-tokens"});
+    CHECK(r.status == 2);
+    CHECK(r.output == "needle-run: --max-tokens needs a value\n");
+}
+
 TEST_CASE("needle-run: --tools naming a directory says so") {
     // It used to read as empty text: "invalid JSON at byte 0: expected a value".
     const Run r = needle_run({"--tools", "/tmp", "hi"});
