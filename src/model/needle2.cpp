@@ -480,12 +480,12 @@ void Needle2Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t l, ui
     for_positions(n, [&](uint32_t i) { block_tail(w, l, i); });
 }
 
-// 5.5 before attention, row i at position p of s: q/k norms, RoPE, K/V written to the cache.
-void Needle2Model::qk_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i) const {
+// 5.5 before attention, row i: q/k norms and RoPE in place (the cache write is kv_store).
+void Needle2Model::qk_rope(Work &w, uint32_t l, uint32_t i) const {
     const Needle2Geometry &g = g_;
     const Needle2Layer &ly = layers_[l];
     const float *cs = w.rope + size_t(i) * g.hd, *sn = cs + g.hd / 2;
-    float *q = w.q + size_t(i) * g.A, *k = w.k + size_t(i) * g.Kd, *v = w.v + size_t(i) * g.Kd;
+    float *q = w.q + size_t(i) * g.A, *k = w.k + size_t(i) * g.Kd;
     for (uint32_t r = 0; r < g.H; ++r) {
         zcrms(q + r * g.hd, ly.q_norm, g.hd, q + r * g.hd);
         rope(q + r * g.hd, g.hd, cs, sn);
@@ -493,9 +493,20 @@ void Needle2Model::qk_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i)
     for (uint32_t kv = 0; kv < g.K; ++kv) {
         zcrms(k + kv * g.hd, ly.k_norm, g.hd, k + kv * g.hd);
         rope(k + kv * g.hd, g.hd, cs, sn);
-        s.store(g, l, kv, false, p, k + kv * g.hd);
-        s.store(g, l, kv, true, p, v + kv * g.hd);
     }
+}
+
+// Row i's K and V of group kv written to the cache of s at position p.
+void Needle2Model::kv_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i, uint32_t kv) const {
+    const Needle2Geometry &g = g_;
+    s.store(g, l, kv, false, p, w.k + size_t(i) * g.Kd + kv * g.hd);
+    s.store(g, l, kv, true, p, w.v + size_t(i) * g.Kd + kv * g.hd);
+}
+
+// Both, every group (a needle_decode_many row).
+void Needle2Model::qk_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i) const {
+    qk_rope(w, l, i);
+    for (uint32_t kv = 0; kv < g_.K; ++kv) kv_store(s, w, l, p, i, kv);
 }
 
 // Attention of the query heads of KV group kv (heads kv * H/K ..) for row i at position p of
@@ -528,21 +539,26 @@ void Needle2Model::gate_out(Work &w, uint32_t i) const {
 constexpr uint64_t kParallelAttention = uint64_t(1) << 16;
 
 // 5.5 q/k norms, RoPE, cache write and attention of positions p0..p0+n-1 of s (workspace rows
-// i0..), strictly in position order: with a ring of `window` slots, writing p+1 before attending
-// p would overwrite a key p still sees (§6).
+// i0..). Within a KV group, strictly in position order: with a ring of `window` slots, writing
+// p+1 before attending p would overwrite a key p still sees (§6). The groups' rings are
+// disjoint, so one task per group walks the chunk (store p, attend p, store p+1, ...): one
+// fork/join per layer, not one per position (a 512-token prefill had 13,824), and each group
+// owns its heads' scores rows. The bits of the position-by-position order.
 void Needle2Model::attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n, uint32_t i0) const {
     const Needle2Geometry &g = g_;
-    for (uint32_t j = 0; j < n; ++j) {
-        const uint32_t p = p0 + j, i = i0 + j;  // position, workspace row
-        qk_store(s, w, l, p, i);
-        if (uint64_t(g.H) * (p - s.kvl.lo(p) + 1) * (2 * g.hd) >= kParallelAttention)
-            parallel_for(0, g.K, 1, [&](uint32_t b, uint32_t e) {
-                for (uint32_t kv = b; kv != e; ++kv) attend(s, w, l, p, i, kv);
-            });
-        else
-            for (uint32_t kv = 0; kv < g.K; ++kv) attend(s, w, l, p, i, kv);
-        gate_out(w, i);
-    }
+    for_positions(n, [&](uint32_t j) { qk_rope(w, l, i0 + j); });
+    uint64_t macs = 0;
+    for (uint32_t j = 0; j < n; ++j) macs += uint64_t(g.H) * (p0 + j - s.kvl.lo(p0 + j) + 1) * (2 * g.hd);
+    auto groups = [&](uint32_t b, uint32_t e) {
+        for (uint32_t kv = b; kv != e; ++kv)
+            for (uint32_t j = 0; j < n; ++j) {
+                kv_store(s, w, l, p0 + j, i0 + j, kv);
+                attend(s, w, l, p0 + j, i0 + j, kv);
+            }
+    };
+    if (macs >= kParallelAttention) parallel_for(0, g.K, 1, groups);
+    else groups(0, g.K);
+    for_positions(n, [&](uint32_t j) { gate_out(w, i0 + j); });
 }
 
 // 5.5 for a needle_decode_many step: parts of one position each, of distinct sequences, so no

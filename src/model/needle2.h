@@ -115,6 +115,8 @@ private:
     void layer(const Part *parts, uint32_t np, Work &w, uint32_t l, uint32_t n) const;
     void attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n, uint32_t i0) const;
     void attention_many(const Part *parts, uint32_t np, Work &w, uint32_t l) const;
+    void qk_rope(Work &w, uint32_t l, uint32_t i) const;
+    void kv_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i, uint32_t kv) const;
     void qk_store(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i) const;
     void attend(Seq &s, Work &w, uint32_t l, uint32_t p, uint32_t i, uint32_t kv) const;
     void gate_out(Work &w, uint32_t i) const;

@@ -571,34 +571,46 @@ struct Needle3Model::Rings {
     }
 };
 
-// §1.3 steps 4-6 of row i at position p of s: q/k norms, RoPE, (int8: fq of q, quantise-on-write
-// of k, v), cache write.
-void Needle3Model::qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i) const {
+// §1.3 steps 4-5 of row i (of a sequence of s's KV type): q/k norms and RoPE in place, and
+// with the int8 cache the fake quantisation of q. The cache write is kv_store.
+void Needle3Model::qk_rope(const Seq &s, Work &w, uint32_t li, uint32_t i) const {
     const Needle3Geometry &g = g_;
     const Needle3Layer &ly = layers_[li];
-    const Rings rg(s, g, li);
-    const uint32_t slot = s.kvl[li].slot(p), half = g.dq / 2;
-    const bool i8 = rg.k8 != nullptr;
+    const bool i8 = s.kv_type == KvType::INT8;
+    const uint32_t half = g.dq / 2;
     const float *cs = w.rope + size_t(i) * g.dq, *sn = cs + half;
-    float *q = w.qc + size_t(i) * g.qd, *k = w.kc + size_t(i) * g.kd, *v = w.vc + size_t(i) * g.vd;
+    float *q = w.qc + size_t(i) * g.qd, *k = w.kc + size_t(i) * g.kd;
     for (uint32_t r = 0; r < g.H; ++r) {
         zcrms(q + r * g.dq, ly.q_norm, g.dq, q + r * g.dq);
         rope(q + r * g.dq, g.dq, cs, sn);
         if (i8) fake_quantize(q + r * g.dq, g.dq);
     }
     for (uint32_t kv = 0; kv < g.G; ++kv) {
-        float *kh = k + kv * g.dq, *vh = v + kv * g.dv;
-        zcrms(kh, ly.k_norm, g.dq, kh);
-        rope(kh, g.dq, cs, sn);
-        const size_t kr = size_t(kv) * rg.slots + slot;
-        if (i8) {
-            rg.ks[kr] = quantize_fq(kh, g.dq, rg.k8 + kr * g.dq);
-            rg.vs[kr] = quantize_fq(vh, g.dv, rg.v8 + kr * g.dv);
-        } else {
-            std::memcpy(rg.kf + kr * g.dq, kh, sizeof(float) * g.dq);
-            std::memcpy(rg.vf + kr * g.dv, vh, sizeof(float) * g.dv);
-        }
+        zcrms(k + kv * g.dq, ly.k_norm, g.dq, k + kv * g.dq);
+        rope(k + kv * g.dq, g.dq, cs, sn);
     }
+}
+
+// §1.3 step 6 for group kv: row i's K and V into s's cache at position p (int8: quantised on
+// write).
+void Needle3Model::kv_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t kv) const {
+    const Needle3Geometry &g = g_;
+    const Rings rg(s, g, li);
+    const float *kh = w.kc + size_t(i) * g.kd + kv * g.dq, *vh = w.vc + size_t(i) * g.vd + kv * g.dv;
+    const size_t kr = size_t(kv) * rg.slots + s.kvl[li].slot(p);
+    if (rg.k8) {
+        rg.ks[kr] = quantize_fq(kh, g.dq, rg.k8 + kr * g.dq);
+        rg.vs[kr] = quantize_fq(vh, g.dv, rg.v8 + kr * g.dv);
+    } else {
+        std::memcpy(rg.kf + kr * g.dq, kh, sizeof(float) * g.dq);
+        std::memcpy(rg.vf + kr * g.dv, vh, sizeof(float) * g.dv);
+    }
+}
+
+// Both, every group (a needle_decode_many row).
+void Needle3Model::qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i) const {
+    qk_rope(s, w, li, i);
+    for (uint32_t kv = 0; kv < g_.G; ++kv) kv_store(s, w, li, p, i, kv);
 }
 
 // §1.3 step 7, the query heads of KV group kv (heads kv * H/G ..) of row i at position p of s
@@ -629,22 +641,28 @@ void Needle3Model::gate_out(Work &w, uint32_t i) const {
 // KV groups split over the arena's threads once the keys are many enough to pay for it.
 constexpr uint64_t kParallelAttention3 = uint64_t(1) << 16;
 
-// §1.3 steps 4-7 of the part's positions, strictly in position order (a ring slot is rewritten
-// only after its last reader).
+// §1.3 steps 4-7 of the part's positions. Within a KV group strictly in position order (a ring
+// slot is rewritten only after its last reader); the groups' rings are disjoint, so one task
+// per group walks the chunk (store p, attend p, store p + 1, ...): one fork/join per layer, not
+// one per position, each group owning its heads' scores rows. The position-by-position bits.
 void Needle3Model::attention(const Part &pa, Work &w, uint32_t li) const {
     Seq &s = *pa.s;
     const Needle3Geometry &g = g_;
     const uint32_t slots = s.slots[li];
-    for (uint32_t j = 0; j < pa.n; ++j) {
-        const uint32_t p = pa.p0 + j, i = pa.i0 + j;  // position, workspace row
-        qk_store(s, w, li, p, i);
-        auto groups = [&](uint32_t b, uint32_t e) {
-            for (uint32_t kv = b; kv < e; ++kv) attend(s, w, li, p, i, kv, w.scores, slots);
-        };
-        if (uint64_t(g.H) * (p - s.kvl[li].lo(p) + 1) * (g.dq + g.dv) >= kParallelAttention3) parallel_for(0, g.G, 1, groups);
-        else groups(0, g.G);
-        gate_out(w, i);
-    }
+    for_positions(pa.n, [&](uint32_t j) { qk_rope(s, w, li, pa.i0 + j); });
+    uint64_t macs = 0;
+    for (uint32_t j = 0; j < pa.n; ++j)
+        macs += uint64_t(g.H) * (pa.p0 + j - s.kvl[li].lo(pa.p0 + j) + 1) * (g.dq + g.dv);
+    auto groups = [&](uint32_t b, uint32_t e) {
+        for (uint32_t kv = b; kv < e; ++kv)
+            for (uint32_t j = 0; j < pa.n; ++j) {
+                kv_store(s, w, li, pa.p0 + j, pa.i0 + j, kv);
+                attend(s, w, li, pa.p0 + j, pa.i0 + j, kv, w.scores, slots);
+            }
+    };
+    if (macs >= kParallelAttention3) parallel_for(0, g.G, 1, groups);
+    else groups(0, g.G);
+    for_positions(pa.n, [&](uint32_t j) { gate_out(w, pa.i0 + j); });
 }
 
 // §1.3 steps 4-7 for a needle_decode_many step (one position per part, distinct sequences, so

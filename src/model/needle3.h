@@ -99,6 +99,8 @@ private:
     void attention(const Part &pa, Work &w, uint32_t li) const;
     void attention_many(const Part *parts, uint32_t np, Work &w, uint32_t li) const;
     struct Rings;
+    void qk_rope(const Seq &s, Work &w, uint32_t li, uint32_t i) const;
+    void kv_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t kv) const;
     void qk_store(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i) const;
     void attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, uint32_t kv, float *scores, size_t s_stride) const;
     void gate_out(Work &w, uint32_t i) const;
