@@ -1,24 +1,38 @@
 /* needle-run --tools: one tool-calling turn through needle_chat (needle.h only); prints the
  * response envelope (tool-calling.md §7) indented. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "needle.h"
 #include "needle_run_chat.h"
 
 /* Reads a whole file into a NUL-terminated heap buffer, or NULL with errno set. A directory
  * opens and then reads as nothing, which the chat reported as "invalid JSON at byte 0": it is
- * refused as EISDIR instead. (A pipe is fine: --tools <(...) reads one.) */
+ * refused as EISDIR instead. A pipe is fine (--tools <(...) reads one); a named FIFO is opened
+ * without waiting for a writer (fopen blocked until one came: needle-run hung), and one
+ * without a writer reads as nothing: ENODATA. */
 static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
         errno = EISDIR;
+        return NULL;
+    }
+    const int fifo = S_ISFIFO(st.st_mode);
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK); /* from here reads wait for data */
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        errno = e;
         return NULL;
     }
     size_t cap = 4096, n = 0;
@@ -34,6 +48,7 @@ static char *read_file(const char *path) {
     if (buf) buf[n] = '\0';
     else if (!errno) errno = ENOMEM;
     fclose(f);
+    if (buf && n == 0 && fifo) { free(buf); buf = NULL; errno = ENODATA; }
     return buf;
 }
 
@@ -65,7 +80,8 @@ int run_chat(needle_model *model, const char *tools_path, const char *tools_text
     char *tools = tools_text ? NULL : read_file(tools_path);
     if (!tools && !tools_text) {
         fprintf(stderr, "needle-run: --tools %s: cannot read it: %s%s\n", tools_path, strerror(errno),
-                errno == EISDIR ? " (a JSON file of tool schemas is expected)" : "");
+                errno == EISDIR ? " (a JSON file of tool schemas is expected)"
+                : errno == ENODATA ? " (a FIFO with no writer)" : "");
         return 1;
     }
     needle_chat_params cp;

@@ -5,6 +5,7 @@
 
 #ifdef NEEDLE_RUN
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,6 +103,18 @@ TEST_CASE("needle-run: an unknown option is named as unknown, an option as a val
     r = needle_run({"hi", "--max-tokens"});
     CHECK(r.status == 2);
     CHECK(r.output == "needle-run: --max-tokens needs a value\n");
+}
+
+TEST_CASE("needle-run: --tools naming a FIFO with no writer fails at once (it blocked forever)") {
+    char dir[] = "/tmp/needle-run-fifo.XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    const std::string fifo = std::string(dir) + "/tools";
+    REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+    const Run r = needle_run({"--tools", fifo, "hi"});
+    unlink(fifo.c_str());
+    rmdir(dir);
+    CHECK(r.status == 1);
+    CHECK(r.output == "needle-run: --tools " + fifo + ": cannot read it: No data available (a FIFO with no writer)\n");
 }
 
 TEST_CASE("needle-run: --tools naming a directory says so") {
