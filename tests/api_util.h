@@ -50,6 +50,22 @@ inline State new_state(needle_model *m) {
     return State(s);
 }
 
+// needle_state_params with struct_size set and the defaults (change fields, then new_state).
+inline needle_state_params state_params() {
+    needle_state_params p;
+    p.struct_size = sizeof p;
+    needle_state_params_init(&p);
+    return p;
+}
+
+inline State new_state(needle_model *m, const needle_state_params &p) {
+    needle_state *s = nullptr;
+    INFO(needle_last_error());
+    REQUIRE(needle_state_create_ex(m, &p, &s) == NEEDLE_OK);
+    REQUIRE(s != nullptr);
+    return State(s);
+}
+
 inline Batch new_batch(needle_model *m, uint32_t capacity) {
     needle_batch *b = nullptr;
     INFO("batch capacity " << capacity);

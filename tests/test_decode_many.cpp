@@ -11,15 +11,10 @@ namespace {
 using namespace api_test;
 
 State make_state(needle_model *m, int32_t kv_type, uint32_t max_tokens = 0) {
-    needle_state_params p;
-    p.struct_size = sizeof p;
-    needle_state_params_init(&p);
+    needle_state_params p = state_params();
     p.kv_type = kv_type;
     p.max_tokens = max_tokens;
-    needle_state *s = nullptr;
-    INFO(needle_last_error());
-    REQUIRE(needle_state_create_ex(m, &p, &s) == NEEDLE_OK);
-    return State(s);
+    return new_state(m, p);
 }
 
 std::vector<uint8_t> blob_of(const needle_state *s) {

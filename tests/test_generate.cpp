@@ -673,13 +673,9 @@ void check_state_max_tokens(needle_model *m) {
     const needle_model_info info = info_of(m);
     const uint32_t cap = 8;
     REQUIRE(info.max_seq_len > 4 * cap);
-    needle_state_params sp;
-    sp.struct_size = sizeof sp;
-    needle_state_params_init(&sp);
+    needle_state_params sp = state_params();
     sp.max_tokens = cap;
-    needle_state *raw = nullptr;
-    REQUIRE(needle_state_create_ex(m, &sp, &raw) == NEEDLE_OK);
-    State s(raw);
+    State s = new_state(m, sp);
     const std::string prompt = "Hi";
     const std::vector<uint32_t> pids = tokenize(m, prompt, true);
     REQUIRE(pids.size() + 1 < cap);
@@ -693,9 +689,7 @@ void check_state_max_tokens(needle_model *m) {
         CHECK(r.pos == cap);
     }
     // The same tokens as decoding by hand within the cap.
-    needle_state *raw2 = nullptr;
-    REQUIRE(needle_state_create_ex(m, &sp, &raw2) == NEEDLE_OK);
-    State man(raw2);
+    State man = new_state(m, sp);
     std::vector<float> lg = prefill(man.get(), nullptr, pids, info.vocab_size);
     for (size_t i = 0; i < r.stream.ids.size(); ++i) {
         CHECK(r.stream.ids[i] == argmax(lg));

@@ -17,51 +17,17 @@
 #include <vector>
 
 #include "api_util.h"
+#include "child_util.h"
 
 using namespace api_test;
 
 namespace {
 
-struct ChildResult {
-    int status = -1;     // exit code, or 128 + signal
-    std::string output;  // everything the child wrote to fd 1 and 2
-};
+using child_test::ChildResult;
 
-// Runs the probe (fork + exec) with fd 1 and 2 captured in a temporary file; `env` ("NAME=value"
-// or "NAME" to unset) is applied in the child only.
+// tests/api_probe.c with `args` as a child; `env` as run_child takes it.
 ChildResult run_probe(const std::vector<std::string> &args, const std::vector<std::string> &env = {}) {
-    char path[] = "/tmp/needle-probe-out.XXXXXX";
-    const int fd = mkstemp(path);
-    REQUIRE(fd >= 0);
-    unlink(path);
-    std::vector<std::string> argv_s{NEEDLE_API_PROBE};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char *> argv;
-    for (std::string &a : argv_s) argv.push_back(&a[0]);
-    argv.push_back(nullptr);
-    std::vector<std::string> env_s = env;  // prepared before fork: the child only calls exec-safe functions
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        for (std::string &e : env_s) {
-            const size_t eq = e.find('=');
-            if (eq == std::string::npos) unsetenv(e.c_str());
-            else e[eq] = '\0', setenv(e.c_str(), e.c_str() + eq + 1, 1);
-        }
-        dup2(fd, 1), dup2(fd, 2);
-        execv(argv[0], argv.data());
-        _exit(127);
-    }
-    int ws = 0;
-    REQUIRE(waitpid(pid, &ws, 0) == pid);
-    ChildResult r;
-    r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    lseek(fd, 0, SEEK_SET);
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) r.output.append(buf, size_t(n));
-    close(fd);
-    return r;
+    return child_test::run_child(NEEDLE_API_PROBE, args, env);
 }
 
 // The cores this process may run on (what n_threads 0 means and the clamp's bound).

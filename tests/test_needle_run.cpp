@@ -6,49 +6,20 @@
 #ifdef NEEDLE_RUN
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "child_util.h"
+
 namespace {
 
-struct Run {
-    int status = -1;     // exit code, or 128 + signal
-    std::string output;  // fd 1 and 2 together
-};
+using Run = child_test::ChildResult;
 
-// needle-run with `args` (fork + exec), fd 1 and 2 captured in a temporary file.
-Run needle_run(const std::vector<std::string> &args) {
-    char path[] = "/tmp/needle-run-out.XXXXXX";
-    const int fd = mkstemp(path);
-    REQUIRE(fd >= 0);
-    unlink(path);
-    std::vector<std::string> argv_s{NEEDLE_RUN};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char *> argv;
-    for (std::string &a : argv_s) argv.push_back(&a[0]);
-    argv.push_back(nullptr);
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        dup2(fd, 1), dup2(fd, 2);
-        execv(argv[0], argv.data());
-        _exit(127);
-    }
-    int ws = 0;
-    REQUIRE(waitpid(pid, &ws, 0) == pid);
-    Run r;
-    r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    lseek(fd, 0, SEEK_SET);
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) r.output.append(buf, size_t(n));
-    close(fd);
-    return r;
-}
+// needle-run with `args`, fd 1 and 2 captured.
+Run needle_run(const std::vector<std::string> &args) { return child_test::run_child(NEEDLE_RUN, args); }
 
 }  // namespace
 

@@ -10,13 +10,9 @@ namespace {
 using namespace api_test;
 
 State new_state_kv(needle_model *m, int32_t kv_type) {
-    needle_state_params p;
-    p.struct_size = sizeof p;
-    needle_state_params_init(&p);
+    needle_state_params p = state_params();
     p.kv_type = kv_type;
-    needle_state *s = nullptr;
-    REQUIRE(needle_state_create_ex(m, &p, &s) == NEEDLE_OK);
-    return State(s);
+    return new_state(m, p);
 }
 
 std::vector<uint8_t> save(const needle_state *s) {
