@@ -184,6 +184,68 @@ TEST_CASE("chat grammar: a range beyond the digits of a bounded number is unsati
     CHECK(value_ok(R"({"type":"integer","minimum":999999999999999})", "999999999999999"));
 }
 
+TEST_CASE("chat grammar: a bounded number prefix is offered only while its digits can reach the range") {
+    // A prefix whose cell meets the range only between the values its remaining digits can
+    // write was offered (dense test), then no byte continued it: fill_mask 0 (found by
+    // fuzz_grammar in CI). 14 integer digits leave one fraction digit: .9 < .95 < 1, and a
+    // 15th integer digit overshoots; so after 13 digits "4" is a dead end and "5" is not.
+    const auto c = compile(tool(obj(R"({"v":{"type":"number","exclusiveMinimum":12345678901234.95,"maximum":12345678901300}})", R"(["v"])")));
+    GrammarMatcher m(c.g, tokens());
+    REQUIRE(m.accept_bytes(R"([{"name":"f","arguments":{"v":1234567890123)"));
+    CHECK_FALSE(m.accept_bytes("4"));
+    CHECK(m.accept_bytes("5"));
+    CHECK_FALSE(m.accept_bytes("0"));  // 123456789012350 > 12345678901300
+    CHECK(m.accept_bytes(".5}}]"));
+    CHECK(m.complete());
+    // "0." and 12 zeros leave two digits: "0" then one worth 1e-14 stays below 9.5e-13.
+    const std::string tiny = R"({"type":"number","exclusiveMinimum":0.00000000000095,"maximum":1})";
+    CHECK(value_ok(tiny, "0.000000000001"));
+    CHECK_FALSE(value_ok(tiny, "0.00000000000001"));
+    const auto t = compile(tool(obj(R"({"v":)" + tiny + "}", R"(["v"])")));
+    GrammarMatcher mt(t.g, tokens());
+    REQUIRE(mt.accept_bytes(R"([{"name":"f","arguments":{"v":0.000000000000)"));
+    CHECK_FALSE(mt.accept_bytes("0"));
+    CHECK(mt.accept_bytes("96}}]"));
+    CHECK(mt.complete());
+    // Random walks through the masks over ranges at the digit limit and around zero: every mask
+    // on the way is non-empty and every walk completes with a value in range.
+    const char *ranges[] = {
+        R"("exclusiveMinimum":12345678901234.95,"maximum":12345678901300)",
+        R"("exclusiveMinimum":0.00000000000095,"maximum":1)",
+        R"("minimum":-0.00000000000095,"exclusiveMaximum":-0.0000000000009)",
+        R"("minimum":-999999999999999,"maximum":-99999999999999.5)",
+        R"("exclusiveMinimum":-1,"exclusiveMaximum":0)",
+        R"("minimum":0.123456789012345,"maximum":0.12345678901235)",
+        R"("minimum":99999999999999.95,"maximum":100000000000000.5)",
+    };
+    std::mt19937 rng(7);
+    std::vector<uint64_t> mask((tokens().size() + 63) / 64);
+    for (const char *r : ranges) {
+        for (const char *type : {"number", "integer"}) {
+            const std::string schema = std::string(R"({"type":")") + type + "\"," + r + "}";
+            const auto g = compile(tool(obj(R"({"v":)" + schema + "}", R"(["v"])")), GrammarOptions{true, true});
+            for (int walk = 0; walk < 40; ++walk) {
+                GrammarMatcher w(g.g, tokens());
+                std::string out;
+                int steps = 0;
+                for (; steps < 300 && !w.complete(); ++steps) {
+                    const size_t n = w.fill_mask(mask.data());
+                    if (n == 0) break;
+                    std::vector<uint32_t> ids;
+                    for (uint32_t id = 0; id < tokens().size(); ++id)
+                        if ((mask[id / 64] >> (id % 64)) & 1) ids.push_back(id);
+                    const uint32_t pick = ids[rng() % ids.size()];
+                    REQUIRE(w.accept(pick));
+                    out += tokens().bytes(pick);
+                }
+                INFO(schema << " -> " << out);
+                CHECK(w.complete());
+                if (w.complete() && out != "[]") CHECK(value_ok(schema, out.substr(out.find("\"v\":") + 4, out.size() - out.find("\"v\":") - 7)));
+            }
+        }
+    }
+}
+
 TEST_CASE("chat grammar: number ranges, forms and exponents") {
     const std::string s = R"({"type":"number","exclusiveMinimum":0,"maximum":10000.0})";
     for (const char *v : {"0.5", "10000", "10000.0", "0.01", "9999.99", "1"}) CHECK_MESSAGE(value_ok(s, v), v);

@@ -254,26 +254,38 @@ private:
 
 }  // namespace
 
+bool gram::grid_hit(const Node &n, double A, double B, uint32_t frac, bool neg) {
+    static const double kPow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    const double scale = kPow10[std::min<uint32_t>(frac, kBoundedDigits)];
+    const auto in = [&](double m) {
+        const double x = neg ? -(m / scale) : m / scale;
+        return (n.lo_inc ? x >= n.lo : x > n.lo) && (n.hi_inc ? x <= n.hi : x < n.hi);
+    };
+    // The smallest m whose value clears the bound it approaches first (lo for positive values,
+    // hi for negative ones) is ceil(bound * scale) within one (rounding); values move
+    // monotonically with m, so that m, clamped into [A, B], and its two neighbours decide.
+    const double bound = neg ? -n.hi : n.lo;
+    const double m0 = std::min(B, std::max(A, std::ceil(bound * scale)));  // -inf, +inf clamp too
+    for (double m = std::max(A, m0 - 1); m <= std::min(B, m0 + 1); ++m)
+        if (in(m)) return true;
+    return false;
+}
+
 bool gram::range_writable(bool integer, double lo, bool lo_inc, double hi, bool hi_inc) {
+    Node n;
+    n.lo = lo, n.lo_inc = lo_inc, n.hi = hi, n.hi_inc = hi_inc;
     if (integer) {
-        if (std::isfinite(lo)) lo = lo_inc ? std::ceil(lo) : std::floor(lo) + 1;
-        if (std::isfinite(hi)) hi = hi_inc ? std::floor(hi) : std::ceil(hi) - 1;
-        lo_inc = hi_inc = true;
+        if (std::isfinite(lo)) n.lo = lo_inc ? std::ceil(lo) : std::floor(lo) + 1;
+        if (std::isfinite(hi)) n.hi = hi_inc ? std::floor(hi) : std::ceil(hi) - 1;
+        n.lo_inc = n.hi_inc = true;
     }
-    const auto in = [&](double x) { return (lo_inc ? x >= lo : x > lo) && (hi_inc ? x <= hi : x < hi); };
     // Every writable value is m / 10^j with |m| < 10^kBoundedDigits and j < kBoundedDigits
-    // fraction digits ("0." + j digits keeps one integer digit); an integer has j = 0. Per j the
-    // smallest m at or above lo is ceil(lo * 10^j) within one (rounding), so three candidates,
-    // each tested exactly as the matcher computes it, decide whether any m is in range.
-    double p = 1;
-    for (uint32_t k = 0; k < kBoundedDigits; ++k) p *= 10;
-    const double M = p - 1;  // 999999999999999
-    double scale = 1;
-    for (uint32_t j = 0; j < (integer ? 1 : kBoundedDigits); ++j, scale *= 10) {
-        const double m0 = std::min(M, std::max(-M, std::ceil(lo * scale)));  // -inf, +inf clamp too
-        for (double m = std::max(-M, m0 - 1); m <= std::min(M, m0 + 1); ++m)
-            if (in(m / scale)) return true;
-    }
+    // fraction digits ("0." + j digits keeps one integer digit); an integer has j = 0.
+    double M = 1;
+    for (uint32_t k = 0; k < kBoundedDigits; ++k) M *= 10;
+    M -= 1;  // 999999999999999
+    for (uint32_t j = 0; j < (integer ? 1 : kBoundedDigits); ++j)
+        if (grid_hit(n, -M, M, j, false)) return true;
     return false;
 }
 

@@ -99,6 +99,10 @@ struct Lit { std::string bytes; uint32_t payload; };
 // (as the compiler does). Values are compared as the matcher compares them (digits / 10^j).
 // False e.g. for "minimum": 1e19 or 1e400, or a number range inside (0, 1e-14).
 bool range_writable(bool integer, double lo, bool lo_inc, double hi, bool hi_inc);
+// Is some integer m in [A, B] (0 <= A <= B < 10^15, or -B <= A for range_writable) such that the
+// value (neg ? -m : m) / 10^frac, computed as the matcher computes it, lies in the node's range?
+// The test behind both range_writable and the matcher's prefix pruning (§6.4).
+bool grid_hit(const Node &n, double A, double B, uint32_t frac, bool neg);
 }  // namespace gram
 
 // The CALLS language of §6.4 over the given tools (each an Object with a String "name"; the

@@ -303,34 +303,41 @@ const double kPow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
 bool in_range(const Node &n, double x) {
     return (n.lo_inc ? x >= n.lo : x > n.lo) && (n.hi_inc ? x <= n.hi : x < n.hi);
 }
-// Some value with magnitude in [L, U) (dense) of the frame's sign lies in the range.
-bool meets(const Node &n, double L, double U, bool neg) {
-    if (!neg) return (n.hi_inc ? L <= n.hi : L < n.hi) && n.lo < U;
-    return (n.lo_inc ? -L >= n.lo : -L > n.lo) && -U < n.hi;
-}
-
-// Can the number prefix in f still reach a value in the node's range (§6.4 pruning)?
+// Can the number prefix in f still be completed to a value in the node's range (§6.4 pruning)?
+// Exact, not dense: a bounded number has at most kBoundedDigits digits, so a prefix whose cell
+// [v, v + 1) meets the range only between the values its remaining digits can write (range
+// (12345678901234.95, 12345678901300] after "12345678901234.") is a dead end the mask must not
+// offer. Each (more integer digits s, fraction digits e) gives a grid of values tested exactly.
 bool viable(const Node &n, const Frame &f) {
     const bool neg = f.flags & 1;
-    const double v = double(f.bits), sgn = neg ? -1 : 1;
+    const uint32_t left = kBoundedDigits - f.k;  // digits still writable
+    const double v = double(f.bits);
+    // The values (v * 10^t + [0, 10^t)) / 10^frac.
+    const auto cell = [&](double base, uint32_t t, uint32_t frac) {
+        return gram::grid_hit(n, base * kPow10[t], (base + 1) * kPow10[t] - 1, frac, neg);
+    };
     switch (f.phase) {
-        case 1: return meets(n, 0, HUGE_VAL, true);
-        case 2:
-            for (uint32_t j = 0; j + f.k <= kBoundedDigits; ++j) {
-                const double P = kPow10[j], Lo = v * P;
-                if (j == 0 && (n.integer || f.k == kBoundedDigits)) {
-                    if (in_range(n, sgn * v)) return true;
-                } else if (meets(n, Lo, n.integer ? Lo + P - 0.5 : (v + 1) * P, neg)) {
-                    return true;
-                }
-            }
+        case 1:  // "-": some negative value of up to kBoundedDigits digits
+            for (uint32_t e = 0; e <= (n.integer ? 0 : kBoundedDigits - 1); ++e)
+                if (gram::grid_hit(n, 0, kPow10[kBoundedDigits] - 1, e, true)) return true;
             return false;
-        case 3: return in_range(n, 0) || (!n.integer && meets(n, 0, 1, neg));
-        case 4: return meets(n, v, v + 1, neg);
-        case 5: {
-            const double x = v / kPow10[f.a];
-            return f.k == kBoundedDigits ? in_range(n, sgn * x) : meets(n, x, x + 1 / kPow10[f.a], neg);
-        }
+        case 2:  // integer digits: s more of them, then optionally '.' and e fraction digits
+            for (uint32_t s = 0; s <= left; ++s)
+                for (uint32_t e = 0; e <= (n.integer ? 0 : left - s); ++e)
+                    if (cell(v, s + e, e)) return true;
+            return false;
+        case 3:  // a leading "0": 0 itself or "0." and e fraction digits
+            for (uint32_t e = 0; e <= (n.integer ? 0 : left); ++e)
+                if (cell(0, e, e)) return true;
+            return false;
+        case 4:  // "v.": at least one fraction digit follows
+            for (uint32_t e = 1; e <= left; ++e)
+                if (cell(v, e, e)) return true;
+            return false;
+        case 5:  // "v.ddd": f.a fraction digits so far, e more
+            for (uint32_t e = 0; e <= left; ++e)
+                if (cell(v, e, f.a + e)) return true;
+            return false;
     }
     return true;
 }
