@@ -447,6 +447,19 @@ TEST_CASE("chat grammar: pattern as an automaton over code points") {
     // A pattern no string matches within maxLength makes a required key's tool unreachable.
     CHECK_FALSE(accepts(compile(tool(obj(R"({"v":{"type":"string","pattern":"^abcd$","maxLength":3}})", R"(["v"])"))),
                         call(R"({"v":"abc"})")));
+    // A literal only a lone surrogate matches (the JSON parser keeps "\udc00" in the pattern):
+    // no string can carry one, so that branch is dead and the mask never offers the prefix
+    // before it (it did: after "a" nothing continued, found by fuzz_grammar).
+    const std::string lone = R"({"type":"string","pattern":"^a(?:b\udc00|c)$"})";
+    CHECK(value_ok(lone, "\"ac\""));
+    const auto cl = compile(tool(obj(R"({"v":)" + lone + "}", R"(["v"])")));
+    GrammarMatcher ml(cl.g, tokens());
+    REQUIRE(ml.accept_bytes(R"([{"name":"f","arguments":{"v":"a)"));
+    CHECK_FALSE(ml.accept_bytes("b"));
+    std::vector<uint64_t> mask((tokens().size() + 63) / 64);
+    CHECK(ml.fill_mask(mask.data()) > 0);
+    CHECK_FALSE(accepts(compile(tool(obj(R"({"v":{"type":"string","pattern":"^a\udc00$"}})", R"(["v"])"))),
+                        call("{\"v\":\"a\\udc00\"}")));
     // Outside the subset: free in the grammar, checked after decoding.
     CHECK(value_ok(R"({"type":"string","pattern":"^(a)\\1$"})", "\"xy\""));
     PatternDfa d;

@@ -40,6 +40,19 @@ Ranges complement(const Ranges &r) {
     return out;
 }
 
+// The code points a JSON string can carry: not the surrogates (the matcher writes none, raw or
+// escaped, and the JSON parser keeps a lone "\udc00" in a pattern as one). A pattern literal or
+// class that only a surrogate satisfies would be a DFA edge no byte can take: the mask after
+// the prefix before it was empty (fuzz_grammar). Cut out, such a path is dead like any other.
+Ranges without_surrogates(const Ranges &r) {
+    Ranges out;
+    for (const auto &x : r) {
+        if (x.first < 0xD800) out.push_back({x.first, std::min<uint32_t>(x.second, 0xD7FF)});
+        if (x.second > 0xDFFF) out.push_back({std::max<uint32_t>(x.first, 0xE000), x.second});
+    }
+    return out;
+}
+
 struct Re {
     enum T { Set, Cat, Alt, Rep } t;
     explicit Re(T type) : t(type) {}
@@ -433,6 +446,7 @@ bool compile_pattern(const std::string &pattern, PatternDfa &out, std::string *r
         root = int(p.re.size() - 1);
         Nfa nfa;
         const auto [ns, ne] = nfa.build(p.re, root, 0);
+        for (auto &set : p.sets) set = without_surrogates(set);
         // Code-point classes from every range boundary.
         std::vector<uint32_t> b{0, kMaxCp + 1};
         for (const auto &s : p.sets)
