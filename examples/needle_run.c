@@ -52,7 +52,9 @@ static void usage(FILE *f) {
             "                   the response envelope (--max-tokens default 256 then)\n"
             "  --system TEXT    system facts for the tool-calling turn\n"
             "  --tool-choice C  auto (default), required or none\n"
-            "  --threads N      worker threads (default 0 = all cores; more than the cores are clamped)\n");
+            "  --threads N      worker threads (default 0 = all cores; more than the cores are clamped)\n"
+            "Exit status: 0 done, 1 failed (a tool-calling turn whose envelope says success:false\n"
+            "exits 1 after printing it), 2 usage error.\n");
 }
 
 /* Flag values are parsed strictly: a bad one is a usage error (exit 2), never a value cast

@@ -103,8 +103,12 @@ int run_chat(needle_model *model, const char *tools_path, const char *tools_text
         fprintf(stderr, "needle-run: envelope of %zu bytes did not fit\n", len);
     }
     int rc = 0;
-    if (st == NEEDLE_OK) print_pretty(out);
-    else {
+    if (st == NEEDLE_OK) {
+        print_pretty(out);
+        /* A turn that failed (success:false: truncated, schema_violation, ...) still prints its
+         * envelope, but exits 1 like a failed generation, so `needle-run ... && act` is safe. */
+        if (strstr(out, "\"success\":false")) rc = 1;
+    } else {
         fprintf(stderr, "needle-run: complete: %s (%s)\n", needle_last_error(), needle_status_string(st));
         rc = 1;
     }

@@ -88,6 +88,20 @@ TEST_CASE("needle-run: --tools naming a FIFO with no writer fails at once (it bl
     CHECK(r.output == "needle-run: --tools " + fifo + ": cannot read it: No data available (a FIFO with no writer)\n");
 }
 
+TEST_CASE("needle-run: a tool-calling turn that fails prints its envelope and exits 1") {
+    // One token cannot hold a call: the demo model's turn ends truncated (success:false). It
+    // exited 0, so `needle-run ... && act` went on after a failed turn.
+    const Run bad = needle_run({"--max-tokens", "1", "Set a timer for 5 minutes"});
+    INFO(bad.output);
+    CHECK(bad.status == 1);
+    CHECK(bad.output.find("\"success\": false") != std::string::npos);
+    CHECK(bad.output.find("\"error_code\": \"truncated\"") != std::string::npos);
+    const Run good = needle_run({"Set a timer for 5 minutes"});
+    INFO(good.output);
+    CHECK(good.status == 0);
+    CHECK(good.output.find("\"seconds\": 300") != std::string::npos);
+}
+
 TEST_CASE("needle-run: --tools naming a directory says so") {
     // It used to read as empty text: "invalid JSON at byte 0: expected a value".
     const Run r = needle_run({"--tools", "/tmp", "hi"});
