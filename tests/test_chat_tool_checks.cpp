@@ -60,6 +60,15 @@ TEST_CASE("chat tool checks: schemas no value satisfies are refused, naming tool
           at + "\"pattern\" nests groups 70 deep (at most 64)");
     CHECK(refusal(with_prop(R"({"type":"string","pattern":")" + std::string(5000, 'a') + "\"}")) ==
           at + "\"pattern\" of 5000 bytes (at most 4096)");
+    CHECK(refusal(with_prop(R"({"type":"number","multipleOf":0})")) == at + "\"multipleOf\" must be a number greater than 0");
+    CHECK(refusal(with_prop(R"({"type":"integer","multipleOf":-5})")) == at + "\"multipleOf\" must be a number greater than 0");
+    CHECK(refusal(with_prop(R"({"type":"integer","multipleOf":"5"})")) == at + "\"multipleOf\" must be a number greater than 0");
+    CHECK(refusal(with_prop(R"({"type":"integer","multipleOf":5,"minimum":1,"maximum":4})")) ==
+          at + "the range minimum 1, maximum 4 holds no multiple of 5");
+    CHECK(refusal(with_prop(R"({"type":"number","multipleOf":0.25,"minimum":0.3,"maximum":0.45})")) ==
+          at + "the range minimum 0.3, maximum 0.45 holds no multiple of 0.25");
+    // A lone surrogate is no code point a string can carry: the pattern matches nothing.
+    CHECK(refusal(with_prop(R"({"type":"string","pattern":"^\udc00$"})")).find("matches no string") != std::string::npos);
     // Nested: inside array items and sub-objects, with the path.
     CHECK(refusal(with_prop(R"({"type":"array","items":{"type":"object","properties":{"w":{"enum":[]}}}})")) ==
           at.substr(0, at.size() - 2) + ".items.properties.w: \"enum\" is empty: no value can be written");
@@ -77,6 +86,10 @@ TEST_CASE("chat tool checks: what the spec accepts still creates") {
     CHECK(creates(with_prop(R"({"type":"string","minLength":2,"maxLength":2,"pattern":"^ab$"})")));
     CHECK(creates(with_prop(R"({"type":"array","minItems":1,"maxItems":1})")));
     CHECK(creates(with_prop(R"({"enum":[1]})")));
+    // Multiples at the edges (inclusive, within the post-decode check's tolerance).
+    CHECK(creates(with_prop(R"({"type":"integer","multipleOf":5,"minimum":5,"maximum":5})")));
+    CHECK(creates(with_prop(R"({"type":"number","multipleOf":0.1,"minimum":0.3,"maximum":0.3})")));
+    CHECK(creates(with_prop(R"({"type":"number","multipleOf":0.01,"exclusiveMinimum":0})")));
 }
 
 TEST_CASE("chat tool checks: pattern repeat counts above the limit are refused by count, without wraparound") {

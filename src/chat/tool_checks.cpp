@@ -99,6 +99,7 @@ private:
             empty = ilo > ihi;
         }
         if (empty) refuse(path, "the range " + desc + " admits no value");
+        multiple(s, path, lo, hi, desc);
         // A non-empty range the grammar cannot write a value of (grammar.h: range_writable):
         // the grammar drops that type, so every call needing it would be unreachable, and the
         // author would never learn why. Only where the grammar compiles this schema as a
@@ -122,6 +123,24 @@ private:
                              " the grammar can write (at most " + std::to_string(gram::kBoundedDigits) +
                              " digits, no exponent: magnitude below 1e15" + (integer ? "" : ", steps of 1e-14") +
                              ")");
+    }
+
+    // "multipleOf" must be a number > 0 (JSON Schema); with a finite range it must leave some
+    // multiple in it. The grammar does not enforce it (§6.4: checked after decoding), so such a
+    // schema failed every call with schema_violation. Bounds are taken inclusively and with the
+    // post-decode check's tolerance: only a range that clearly holds no multiple is refused.
+    void multiple(const JsonValue &s, const std::string &path, double lo, double hi, const std::string &desc) const {
+        const JsonValue *m = member(s, "multipleOf");
+        if (!m) return;
+        const JsonValue *num = number_member(s, "multipleOf");
+        if (!num || !(num->number > 0) || !std::isfinite(num->number))
+            refuse(path, "\"multipleOf\" must be a number greater than 0");
+        if (!std::isfinite(lo) || !std::isfinite(hi)) return;
+        const double a = lo / num->number, b = hi / num->number;
+        if (!std::isfinite(a) || !std::isfinite(b)) return;
+        const double tol = 1e-9 * std::max(1.0, std::max(std::fabs(a), std::fabs(b)));
+        if (std::floor(b + tol) < std::ceil(a - tol))
+            refuse(path, "the range " + desc + " holds no multiple of " + num->text);
     }
 
     void pattern(const JsonValue &s, const std::string &p, const std::string &path) const {

@@ -14,6 +14,8 @@
 //     with no value the grammar can write: a bounded number has at most gram::kBoundedDigits
 //     digits and no exponent, so e.g. "minimum": 1e19 or 1e400 (the grammar would drop the type
 //     and every call needing it: each turn ended "internal" before the drop was added);
+//   * "multipleOf" that is not a number > 0, or a finite range holding no multiple of it
+//     (e.g. multipleOf 5 with minimum 1, maximum 4: every call failed the post-decode check);
 //   * minLength > maxLength, minItems > maxItems;
 //   * a "pattern" with a {n} {n,} {n,m} count above kMaxPatternRepeat (grammar_regex.h: no
 //     grammar can enforce it, std::regex wraps it past 32 bits), subset or not;
