@@ -381,6 +381,12 @@ TEST_CASE("chat grammar: post-decode checks (pattern, format, multipleOf, unique
     CHECK(check(R"({"mail":"nobody"})").find("email") != std::string::npos);
     CHECK(check(R"({"amount":12.345})").find("multiple of 0.01") != std::string::npos);
     CHECK(check(R"({"n":7})").find("multiple of 5") != std::string::npos);
+    CHECK(check(R"({"amount":0})") == "");
+    CHECK(check(R"({"amount":1e-12})").find("multiple of 0.01") != std::string::npos);  // passed: within 1e-9 of 0
+    CHECK(check(R"({"amount":0.30000000000000004})") == "");  // rounding, not a remainder
+    const auto huge = compile(tool(obj(R"({"n":{"type":"integer","multipleOf":1e300}})")));
+    CHECK(post_check(*huge.g, parse_json(call(R"({"n":8000001100800000000})"))).find("multiple of 1e+300") != std::string::npos);
+    CHECK(post_check(*huge.g, parse_json(call(R"({"n":0})"))) == "");
     CHECK(check(R"({"tags":[1,"1",1]})").find("unique") != std::string::npos);
     CHECK(check(R"({"tags":[1,"1"]})") == "");
     CHECK(post_check(*c.g, parse_json(R"([{"name":"g","arguments":{}}])")).find("undeclared") != std::string::npos);

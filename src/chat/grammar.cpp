@@ -408,8 +408,11 @@ std::string check(const Grammar &g, uint32_t ni, const JsonValue &v, const std::
             return "";
         case Kind::Number:
             if (n.multiple_of > 0 && (v.kind == K::Int || v.kind == K::Float)) {
-                const double q = v.number / n.multiple_of;
-                if (!std::isfinite(q) || std::fabs(q - std::round(q)) > 1e-9 * std::max(1.0, std::fabs(q)))
+                // Within a rounding tolerance of a whole quotient; a quotient that rounds to 0 only
+                // for the value 0 (8e18 with multipleOf 1e300 is within 1e-9 of 0, not a multiple).
+                const double q = v.number / n.multiple_of, r = std::round(q);
+                if (!std::isfinite(q) || std::fabs(q - r) > 1e-9 * std::max(1.0, std::fabs(q)) ||
+                    (r == 0 && v.number != 0))
                     return path + ": value is not a multiple of " + python_float_repr(n.multiple_of);
             }
             return "";
