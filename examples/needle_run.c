@@ -37,6 +37,16 @@ static int on_token(uint32_t token, const char *text, size_t len, void *user) {
     return 0;
 }
 
+/* rc, or 1 when stdout could not take the output (a full disk, a closed pipe): the envelope or
+ * text was lost, so the run did not succeed. */
+static int output_written(int rc) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "needle-run: writing the output failed: %s\n", strerror(errno));
+        return 1;
+    }
+    return rc;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: needle-run [--model FILE] [--max-tokens N] [--temperature T] [--top-k K]\n"
@@ -168,7 +178,7 @@ int main(int argc, char **argv) {
         const int rc = run_chat(model, tools_path, tools_text, system, tool_choice,
                                 max_set ? gp.max_tokens : 256, prompt);
         needle_model_free(model);
-        return rc;
+        return output_written(rc);
     }
     if ((st = needle_state_create(model, &state)) != NEEDLE_OK) return fail("state", st);
     if ((st = needle_batch_create(model, 32, &batch)) != NEEDLE_OK) {  /* needle.h: why 32 */
@@ -189,5 +199,5 @@ int main(int argc, char **argv) {
     needle_batch_free(batch);
     needle_state_free(state);
     needle_model_free(model);
-    return rc;
+    return output_written(rc);
 }

@@ -16,6 +16,10 @@
  * refused as EISDIR instead. A pipe is fine (--tools <(...) reads one); a named FIFO is opened
  * without waiting for a writer (fopen blocked until one came: needle-run hung), and one
  * without a writer reads as nothing: ENODATA. */
+/* A tools list larger than this is refused while reading (a character device such as /dev/zero
+ * would otherwise be read until memory ran out). */
+static const size_t kMaxToolsBytes = (size_t)64 << 20;
+
 static char *read_file(const char *path) {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return NULL;
@@ -40,6 +44,12 @@ static char *read_file(const char *path) {
     while (buf) {
         n += fread(buf + n, 1, cap - n - 1, f);
         if (n < cap - 1) break;
+        if (cap >= kMaxToolsBytes) { /* /dev/zero or an endless pipe: refused, not read forever */
+            free(buf);
+            buf = NULL;
+            errno = EFBIG;
+            break;
+        }
         char *bigger = realloc(buf, cap * 2);
         if (!bigger) { free(buf); buf = NULL; break; }
         buf = bigger, cap *= 2;
@@ -81,7 +91,8 @@ int run_chat(needle_model *model, const char *tools_path, const char *tools_text
     if (!tools && !tools_text) {
         fprintf(stderr, "needle-run: --tools %s: cannot read it: %s%s\n", tools_path, strerror(errno),
                 errno == EISDIR ? " (a JSON file of tool schemas is expected)"
-                : errno == ENODATA ? " (a FIFO with no writer)" : "");
+                : errno == ENODATA ? " (a FIFO with no writer)"
+                : errno == EFBIG ? " (more than 64 MiB)" : "");
         return 1;
     }
     needle_chat_params cp;

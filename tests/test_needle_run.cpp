@@ -102,6 +102,19 @@ TEST_CASE("needle-run: a tool-calling turn that fails prints its envelope and ex
     CHECK(good.output.find("\"seconds\": 300") != std::string::npos);
 }
 
+TEST_CASE("needle-run: output that cannot be written and an endless --tools file fail (exit 1)") {
+    // stdout on /dev/full: the envelope was lost but the run exited 0.
+    const Run full = child_test::run_child("/bin/sh", {"-c", std::string("exec ") + NEEDLE_RUN + " 'Set a timer for 5 minutes' >/dev/full"});
+    INFO(full.output);
+    CHECK(full.status == 1);
+    CHECK(full.output.find("writing the output failed") != std::string::npos);
+    // /dev/zero as the tools list: read until memory ran out; now refused past 64 MiB.
+    const Run zero = needle_run({"--tools", "/dev/zero", "hi"});
+    INFO(zero.output);
+    CHECK(zero.status == 1);
+    CHECK(zero.output.find("more than 64 MiB") != std::string::npos);
+}
+
 TEST_CASE("needle-run: --tools naming a directory says so") {
     // It used to read as empty text: "invalid JSON at byte 0: expected a value".
     const Run r = needle_run({"--tools", "/tmp", "hi"});
