@@ -16,10 +16,11 @@
 #           chat retrieval: a         needle2 conversations with a tool-selection rebuild and
 #             (follow-up|tool-result) a tool-result turn (about 4 and 2 min each under ASan on
 #                                     the shared VM); run by hand when the chat layer changes
-#   tsan  ThreadSanitizer: the threading tests (threads:*, and the api tests that use threads).
-#         oneTBB is not instrumented, so TSan cannot see its internal synchronisation: the
-#         threading tests cap TBB at one thread under TSan (why: scripts/tsan.supp, which
-#         needs no suppression).
+#   tsan  ThreadSanitizer: the threading tests (threads:*, team:*, and the api tests that use
+#         threads). oneTBB is not instrumented, so TSan cannot see its internal synchronisation:
+#         the threading tests cap the threads at one under TSan (why: scripts/tsan.supp, which
+#         needs no suppression); the thread team (src/core/team.cpp) is our code and its tests
+#         run it with 2-4 threads.
 #
 # Environment: NEEDLE_ASAN_BUILD (default ./build-asan), NEEDLE_TSAN_BUILD (./build-tsan),
 # NEEDLE_SAN_JOBS (build and ctest parallelism, default: number of cores).
@@ -93,7 +94,7 @@ if [ "$MODE" = tsan ] || [ "$MODE" = all ]; then
   echo "sanitize: TSan build in $dir"
   if configure_and_build "$dir" "-fsanitize=thread -fno-omit-frame-pointer" "-fsanitize=thread" needle_tests needle_demo_model; then
     TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/tsan.supp} \
-      run_ctest tsan "$dir" -R '^(threads: |api: one model serves many threads|api: needle_last_error is per thread|api: handles may be freed)'
+      run_ctest tsan "$dir" -R '^(threads: |team: |api: one model serves many threads|api: needle_last_error is per thread|api: handles may be freed)'
   else
     echo "sanitize: tsan build failed"
     failed=$((failed + 1))

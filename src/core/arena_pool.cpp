@@ -13,6 +13,8 @@
 #include <map>
 #include <mutex>
 #include <vector>
+
+#include "core/team.h"
 #endif
 
 namespace needle {
@@ -67,7 +69,10 @@ ArenaLease::ArenaLease(int n_threads) : n_threads_(clamp_threads(n_threads)) {
 }
 
 void ArenaLease::execute(FunctionRef<void()> fn) const {
-    if (arena_)
+    // The forward pass's loops go to a thread team (core/team.h); the arena runs them only
+    // when no team could be had or NEEDLE_TEAM=0 asked for oneTBB.
+    Team::Lease team(n_threads_);
+    if (arena_ && !Team::current())
         arena_->a.execute([&] { fn(); });
     else
         fn();

@@ -1,5 +1,7 @@
 #include "core/parallel.h"
 
+#include "core/team.h"
+
 #if NEEDLE_WITH_TBB
 #include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
@@ -12,6 +14,8 @@ namespace needle {
 
 void parallel_for(uint32_t begin, uint32_t end, uint32_t grain, FunctionRef<void(uint32_t, uint32_t)> body) {
     if (begin >= end) return;
+    if (Team::in_chunk()) return body(begin, end);
+    if (Team *team = Team::current()) return team->run(begin, end, grain, body);
     tbb::parallel_for(tbb::blocked_range<uint32_t>(begin, end, grain ? grain : 1),
                       [&](const tbb::blocked_range<uint32_t> &r) { body(r.begin(), r.end()); });
 }

@@ -1,6 +1,6 @@
 // The engine's only view of threading. Every parallel loop and every per-sequence arena goes
-// through here, so nothing else names oneTBB and `-DNEEDLE_WITH_TBB=OFF` swaps the whole
-// implementation in one file (parallel.cpp, arena_pool.cpp).
+// through here, so nothing else names oneTBB or the thread team, and `-DNEEDLE_WITH_TBB=OFF`
+// swaps the whole implementation (parallel.cpp, arena_pool.cpp; team.cpp is compiled out).
 //
 // Contract kept by both builds: parallel_for splits [begin, end) into disjoint subranges and
 // calls body once per subrange; callers only split independent work (rows, heads, positions),
@@ -36,9 +36,11 @@ private:
 };
 
 // Calls body(b, e) for disjoint [b, e) covering [begin, end), each at least `grain` long unless
-// the range is shorter; with TBB the subranges run on the threads of the caller's arena (or of the
-// default arena outside one), without TBB on the caller as one call body(begin, end). Exceptions
-// from body propagate to the caller. grain 0 is taken as 1.
+// the range is shorter. In the threaded build, inside ArenaLease::execute (a state's forward
+// pass) the subranges are one per thread of the caller's team (core/team.h); elsewhere (model
+// load) oneTBB's default arena runs them; inside a subrange, nested loops run inline. Without
+// TBB: on the caller as one call body(begin, end). Exceptions from body propagate to the
+// caller. grain 0 is taken as 1.
 void parallel_for(uint32_t begin, uint32_t end, uint32_t grain, FunctionRef<void(uint32_t, uint32_t)> body);
 
 // Caps the worker threads of the whole process while it lives (TSan runs of the threading

@@ -1,0 +1,224 @@
+#include "core/team.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+// Only the threaded build has a team (NEEDLE_WITH_TBB=OFF runs every state on its caller).
+#if NEEDLE_WITH_TBB
+namespace needle {
+
+namespace {
+
+thread_local bool tl_in_chunk = false;
+thread_local Team *tl_team = nullptr;
+
+// Idle teams by size. Never destroyed (a lease may end during static destruction); at exit
+// (or dlclose of the library) `Shutdown` stops the idle ones, so no worker runs our code after
+// it is unmapped.
+struct TeamPool {
+    std::mutex mu;
+    std::vector<std::pair<int, Team *>> idle;
+    size_t made = 0;  // teams ever started: idle has room for all of them
+    bool closed = false;
+};
+TeamPool &team_pool() {
+    static TeamPool *p = new TeamPool;
+    return *p;
+}
+struct Shutdown {
+    ~Shutdown() {
+        TeamPool &p = team_pool();
+        std::vector<std::pair<int, Team *>> idle;
+        {
+            std::lock_guard<std::mutex> lock(p.mu);
+            p.closed = true;
+            idle.swap(p.idle);
+        }
+        for (auto &t : idle) delete t.second;
+    }
+} shutdown;
+
+// One spin-wait hint: lets the sibling hyper-thread run and saves power while polling.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    asm volatile("yield" ::: "memory");
+#endif
+}
+
+// How long a worker polls for the next loop before it sleeps: longer than the gaps between the
+// loops of a forward pass (a few µs of per-position work), far shorter than a human pause.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+// The loop word: epoch << 32 | number of shares, so a worker sees both at once.
+uint32_t epoch_of(uint64_t loop) { return uint32_t(loop >> 32); }
+uint32_t shares_of(uint64_t loop) { return uint32_t(loop); }
+
+}  // namespace
+
+bool Team::in_chunk() { return tl_in_chunk; }
+Team *Team::current() { return tl_team; }
+
+Team::Lease::Lease(int n_threads) noexcept : outer_(tl_team) {
+    static const bool enabled = [] {
+        const char *e = std::getenv("NEEDLE_TEAM");
+        return !(e && e[0] == '0' && e[1] == 0);
+    }();
+    if (n_threads <= 1 || !enabled) return;
+    TeamPool &p = team_pool();
+    {
+        std::lock_guard<std::mutex> lock(p.mu);
+        if (p.closed) return;
+        for (size_t i = p.idle.size(); i-- > 0;)
+            if (p.idle[i].first == n_threads) {
+                team_ = p.idle[i].second;
+                p.idle.erase(p.idle.begin() + long(i));
+                break;
+            }
+        // Room for this team's return, so the destructor never allocates.
+        if (!team_) {
+            try {
+                p.idle.reserve(p.made + 1);
+                team_ = new Team(n_threads);
+                ++p.made;
+            } catch (...) {
+                team_ = nullptr;  // no threads to be had: oneTBB's arena runs the loops
+                return;
+            }
+        }
+    }
+    tl_team = team_;
+}
+
+Team::Lease::~Lease() {
+    tl_team = outer_;
+    if (!team_) return;
+    TeamPool &p = team_pool();
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (p.closed) return;  // exiting: leave it (its threads sleep)
+    p.idle.emplace_back(team_->size(), team_);
+}
+
+Team::Team(int n_threads) : share_(new Share[size_t(std::max(1, n_threads))]) {
+    const int workers = std::max(0, n_threads - 1);
+    workers_.reserve(size_t(workers));
+    try {
+        for (int i = 0; i < workers; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+    } catch (...) {
+        stop_workers();  // the ones started
+        throw;
+    }
+}
+
+Team::~Team() { stop_workers(); }
+
+void Team::stop_workers() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_.store(true, std::memory_order_seq_cst);
+    }
+    wake_.notify_all();
+    for (std::thread &t : workers_)
+        if (t.joinable()) t.join();
+    workers_.clear();
+}
+
+bool Team::claim_and_run(uint32_t k, uint32_t epoch) {
+    std::atomic<uint64_t> &st = share_[k].state;
+    uint64_t cur = st.load(std::memory_order_relaxed);
+    // Claimable while it carries an earlier epoch (wrap-safe): one of this loop, or of a later
+    // one (a worker that fell behind), is not ours.
+    if (int32_t(epoch - uint32_t(cur >> 1)) <= 0) return false;
+    if (!st.compare_exchange_strong(cur, uint64_t(epoch) << 1, std::memory_order_acquire, std::memory_order_relaxed))
+        return false;
+    // Ours: the loop's fields stay put until this share is marked done.
+    const uint32_t len = share_len_.load(std::memory_order_relaxed);
+    const uint32_t b = begin_.load(std::memory_order_relaxed) + k * len;
+    const uint32_t e = std::min(end_.load(std::memory_order_relaxed), b + len);
+    if (!failed_.load(std::memory_order_relaxed)) {
+        const bool outer = tl_in_chunk;
+        tl_in_chunk = true;
+        try {
+            (*body_.load(std::memory_order_relaxed))(b, e);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (!failed_.load(std::memory_order_relaxed)) {
+                error_ = std::current_exception();
+                failed_.store(true, std::memory_order_relaxed);
+            }
+        }
+        tl_in_chunk = outer;
+    }
+    st.store((uint64_t(epoch) << 1) | 1u, std::memory_order_release);
+    return true;
+}
+
+void Team::worker_main(int index) {
+    tl_in_chunk = true;  // a worker only ever runs shares: loops inside them run inline
+    const uint32_t k = uint32_t(index) + 1;  // share 0 is the caller's
+    uint64_t seen = loop_.load(std::memory_order_acquire);
+    for (;;) {
+        // Poll for the next loop, then sleep until one is handed out.
+        auto start = std::chrono::steady_clock::now();
+        for (uint32_t polls = 1;; ++polls) {
+            if (stop_.load(std::memory_order_relaxed)) return;
+            if (loop_.load(std::memory_order_acquire) != seen) break;
+            cpu_relax();
+            if (polls % 256 == 0 && std::chrono::steady_clock::now() - start > kSpin) {
+                std::unique_lock<std::mutex> lock(mu_);
+                sleepers_.fetch_add(1, std::memory_order_seq_cst);
+                wake_.wait(lock, [&] {
+                    return stop_.load(std::memory_order_seq_cst) || loop_.load(std::memory_order_seq_cst) != seen;
+                });
+                sleepers_.fetch_sub(1, std::memory_order_relaxed);
+                start = std::chrono::steady_clock::now();
+            }
+        }
+        seen = loop_.load(std::memory_order_acquire);
+        // A share of a loop that has moved on is no longer claimable (claim_and_run).
+        if (k < shares_of(seen)) claim_and_run(k, epoch_of(seen));
+    }
+}
+
+void Team::run(uint32_t begin, uint32_t end, uint32_t grain, FunctionRef<void(uint32_t, uint32_t)> body) {
+    if (begin >= end) return;
+    const uint32_t len = end - begin;
+    const uint32_t share_len = std::max<uint32_t>(grain ? grain : 1, (len + uint32_t(size()) - 1) / uint32_t(size()));
+    const uint32_t shares = (len + share_len - 1) / share_len;
+    if (shares == 1) {
+        const bool outer = tl_in_chunk;
+        tl_in_chunk = true;
+        struct Restore { bool v; ~Restore() { tl_in_chunk = v; } } restore{outer};
+        body(begin, end);
+        return;
+    }
+    body_.store(&body, std::memory_order_relaxed);
+    begin_.store(begin, std::memory_order_relaxed), end_.store(end, std::memory_order_relaxed);
+    share_len_.store(share_len, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
+    const uint32_t epoch = epoch_of(loop_.load(std::memory_order_relaxed)) + 1;
+    loop_.store((uint64_t(epoch) << 32) | shares, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+        { std::lock_guard<std::mutex> lock(mu_); }
+        wake_.notify_all();
+    }
+    claim_and_run(0, epoch);  // share 0 is the caller's (no worker claims it)
+    // Then every share its worker has not claimed yet, then wait for the claimed ones.
+    for (uint32_t k = 1; k < shares; ++k) claim_and_run(k, epoch);
+    for (uint32_t k = 1; k < shares; ++k)
+        for (uint32_t polls = 1; share_[k].state.load(std::memory_order_acquire) != ((uint64_t(epoch) << 1) | 1u); ++polls) {
+            cpu_relax();
+            if (polls % 4096 == 0) std::this_thread::yield();  // its worker may be preempted
+        }
+    if (failed_.load(std::memory_order_relaxed)) std::rethrow_exception(error_);
+}
+
+}  // namespace needle
+#endif  // NEEDLE_WITH_TBB
