@@ -120,6 +120,29 @@ TEST_CASE("team: loops handed out while workers poll, sleep or wake: every index
     }
 }
 
+TEST_CASE("team: the caller runs the sub-chunks a slow worker has not taken yet") {
+    Team team(2);
+    const auto caller = std::this_thread::get_id();
+    for (int rep = 0; rep < 5; ++rep) {
+        std::vector<std::atomic<int>> runs(16);
+        std::atomic<int> by_caller_in_worker_share{0};
+        team.run(0, 16, 1, [&](uint32_t b, uint32_t e) {
+            const bool on_caller = std::this_thread::get_id() == caller;
+            // The worker's first sub-chunk takes 5 ms: meanwhile the caller, done with [0, 8),
+            // should take the rest of [8, 16) from the back.
+            if (!on_caller) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            for (uint32_t i = b; i < e; ++i) {
+                runs[i].fetch_add(1);
+                if (on_caller && i >= 8) by_caller_in_worker_share.fetch_add(1);
+            }
+        });
+        for (uint32_t i = 0; i < 16; ++i) CHECK(runs[i].load() == 1);
+        // All but the sub-chunk the worker took (7), unless the caller itself lost its core for
+        // several of the worker's 5 ms sub-chunks.
+        CHECK(by_caller_in_worker_share.load() >= 4);
+    }
+}
+
 TEST_CASE("team: host threads leasing teams at once each get their own") {
     constexpr int kHosts = 4;
     std::vector<std::thread> hosts;

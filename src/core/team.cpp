@@ -56,6 +56,12 @@ inline void cpu_relax() {
 // loops of a forward pass (a few µs of per-position work), far shorter than a human pause.
 constexpr auto kSpin = std::chrono::microseconds(200);
 
+// Sub-chunks per worker share: enough to even out a split, few enough that the worker's CASes
+// (local to its core until the caller steals) cost nothing.
+constexpr uint32_t kSubChunks = 8;
+
+
+
 // The loop word: epoch << 32 | number of shares, so a worker sees both at once.
 uint32_t epoch_of(uint64_t loop) { return uint32_t(loop >> 32); }
 uint32_t shares_of(uint64_t loop) { return uint32_t(loop); }
@@ -129,34 +135,65 @@ void Team::stop_workers() {
     workers_.clear();
 }
 
-bool Team::claim_and_run(uint32_t k, uint32_t epoch) {
-    std::atomic<uint64_t> &st = share_[k].state;
-    uint64_t cur = st.load(std::memory_order_relaxed);
-    // Claimable while it carries an earlier epoch (wrap-safe): one of this loop, or of a later
-    // one (a worker that fell behind), is not ours.
-    if (int32_t(epoch - uint32_t(cur >> 1)) <= 0) return false;
-    if (!st.compare_exchange_strong(cur, uint64_t(epoch) << 1, std::memory_order_acquire, std::memory_order_relaxed))
-        return false;
-    // Ours: the loop's fields stay put until this share is marked done.
-    const uint32_t len = share_len_.load(std::memory_order_relaxed);
-    const uint32_t b = begin_.load(std::memory_order_relaxed) + k * len;
-    const uint32_t e = std::min(end_.load(std::memory_order_relaxed), b + len);
-    if (!failed_.load(std::memory_order_relaxed)) {
-        const bool outer = tl_in_chunk;
-        tl_in_chunk = true;
-        try {
-            (*body_.load(std::memory_order_relaxed))(b, e);
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (!failed_.load(std::memory_order_relaxed)) {
-                error_ = std::current_exception();
-                failed_.store(true, std::memory_order_relaxed);
-            }
+void Team::run_sub(uint32_t k, uint32_t j) {
+    const uint32_t share_len = share_len_.load(std::memory_order_relaxed);
+    const uint32_t sub_len = sub_len_.load(std::memory_order_relaxed);
+    const uint32_t end = end_.load(std::memory_order_relaxed);
+    const uint32_t share_begin = begin_.load(std::memory_order_relaxed) + k * share_len;
+    const uint32_t b = share_begin + j * sub_len;
+    run_range(b, std::min({end, share_begin + share_len, b + sub_len}));
+}
+
+void Team::run_range(uint32_t b, uint32_t e) {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    const bool outer = tl_in_chunk;
+    tl_in_chunk = true;
+    try {
+        (*body_.load(std::memory_order_relaxed))(b, e);
+    } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!failed_.load(std::memory_order_relaxed)) {
+            error_ = std::current_exception();
+            failed_.store(true, std::memory_order_relaxed);
         }
-        tl_in_chunk = outer;
     }
-    st.store((uint64_t(epoch) << 1) | 1u, std::memory_order_release);
-    return true;
+    tl_in_chunk = outer;
+}
+
+void Team::work_share(uint32_t k, uint32_t epoch) {
+    std::atomic<uint64_t> &range = share_[k].range;
+    uint64_t cur = range.load(std::memory_order_acquire);
+    for (uint32_t finished = 0;;) {
+        const uint32_t front = uint32_t(cur >> 16) & 0xFFFFu, back = uint32_t(cur) & 0xFFFFu;
+        // A loop that moved on (its range was rewritten) or a share with nothing left: done.
+        if (epoch_of(cur) != epoch || front >= back) return;
+        if (!range.compare_exchange_weak(cur, cur + (uint64_t(1) << 16), std::memory_order_acquire,
+                                         std::memory_order_acquire))
+            continue;
+        run_sub(k, front);  // ours: the loop's fields stay put until `done` counts it
+        share_[k].done.store((uint64_t(epoch) << 32) | ++finished, std::memory_order_release);
+        cur = range.load(std::memory_order_acquire);
+    }
+}
+
+void Team::finish_share(uint32_t k, uint32_t epoch) {
+    std::atomic<uint64_t> &range = share_[k].range;
+    uint64_t cur = range.load(std::memory_order_acquire);
+    for (;;) {
+        const uint32_t front = uint32_t(cur >> 16) & 0xFFFFu, back = uint32_t(cur) & 0xFFFFu;
+        if (front >= back) break;
+        if (!range.compare_exchange_weak(cur, cur - 1, std::memory_order_acquire, std::memory_order_acquire))
+            continue;
+        run_sub(k, back - 1);
+        cur = range.load(std::memory_order_acquire);
+    }
+    // Only the worker moves the front: it took exactly `front` sub-chunks; wait for them.
+    const uint64_t want = (uint64_t(epoch) << 32) | ((cur >> 16) & 0xFFFFu);
+    if ((want & 0xFFFFFFFFu) == 0) return;
+    for (uint32_t polls = 1; share_[k].done.load(std::memory_order_acquire) != want; ++polls) {
+        cpu_relax();
+        if (polls % 4096 == 0) std::this_thread::yield();  // its worker may be preempted
+    }
 }
 
 void Team::worker_main(int index) {
@@ -170,7 +207,11 @@ void Team::worker_main(int index) {
             if (stop_.load(std::memory_order_relaxed)) return;
             if (loop_.load(std::memory_order_acquire) != seen) break;
             cpu_relax();
-            if (polls % 256 == 0 && std::chrono::steady_clock::now() - start > kSpin) {
+            if (polls % 256 != 0) continue;
+            // Now and then let another thread of this core run: on an oversubscribed machine
+            // it may be the caller, whose loop this worker waits for.
+            std::this_thread::yield();
+            if (std::chrono::steady_clock::now() - start > kSpin) {
                 std::unique_lock<std::mutex> lock(mu_);
                 sleepers_.fetch_add(1, std::memory_order_seq_cst);
                 wake_.wait(lock, [&] {
@@ -181,15 +222,19 @@ void Team::worker_main(int index) {
             }
         }
         seen = loop_.load(std::memory_order_acquire);
-        // A share of a loop that has moved on is no longer claimable (claim_and_run).
-        if (k < shares_of(seen)) claim_and_run(k, epoch_of(seen));
+        if (k < shares_of(seen)) work_share(k, epoch_of(seen));
     }
 }
 
 void Team::run(uint32_t begin, uint32_t end, uint32_t grain, FunctionRef<void(uint32_t, uint32_t)> body) {
     if (begin >= end) return;
     const uint32_t len = end - begin;
-    const uint32_t share_len = std::max<uint32_t>(grain ? grain : 1, (len + uint32_t(size()) - 1) / uint32_t(size()));
+    // One share per thread, each a whole number of sub-chunks of at least the grain (so only
+    // the loop's last range is shorter).
+    const uint32_t g = grain ? grain : 1;
+    const uint32_t even = std::max<uint32_t>(g, (len + uint32_t(size()) - 1) / uint32_t(size()));
+    const uint32_t sub_len = std::max<uint32_t>(g, (even + kSubChunks - 1) / kSubChunks);
+    const uint32_t share_len = (even + sub_len - 1) / sub_len * sub_len;
     const uint32_t shares = (len + share_len - 1) / share_len;
     if (shares == 1) {
         const bool outer = tl_in_chunk;
@@ -200,23 +245,22 @@ void Team::run(uint32_t begin, uint32_t end, uint32_t grain, FunctionRef<void(ui
     }
     body_.store(&body, std::memory_order_relaxed);
     begin_.store(begin, std::memory_order_relaxed), end_.store(end, std::memory_order_relaxed);
-    share_len_.store(share_len, std::memory_order_relaxed);
+    share_len_.store(share_len, std::memory_order_relaxed), sub_len_.store(sub_len, std::memory_order_relaxed);
     failed_.store(false, std::memory_order_relaxed);
     error_ = nullptr;
     const uint32_t epoch = epoch_of(loop_.load(std::memory_order_relaxed)) + 1;
+    for (uint32_t k = 1; k < shares; ++k) {
+        const uint32_t b = begin + k * share_len, e = std::min(end, b + share_len);
+        const uint32_t subs = (e - b + sub_len - 1) / sub_len;  // <= kSubChunks
+        share_[k].range.store((uint64_t(epoch) << 32) | subs, std::memory_order_relaxed);
+    }
     loop_.store((uint64_t(epoch) << 32) | shares, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
         { std::lock_guard<std::mutex> lock(mu_); }
         wake_.notify_all();
     }
-    claim_and_run(0, epoch);  // share 0 is the caller's (no worker claims it)
-    // Then every share its worker has not claimed yet, then wait for the claimed ones.
-    for (uint32_t k = 1; k < shares; ++k) claim_and_run(k, epoch);
-    for (uint32_t k = 1; k < shares; ++k)
-        for (uint32_t polls = 1; share_[k].state.load(std::memory_order_acquire) != ((uint64_t(epoch) << 1) | 1u); ++polls) {
-            cpu_relax();
-            if (polls % 4096 == 0) std::this_thread::yield();  // its worker may be preempted
-        }
+    run_range(begin, begin + share_len);  // share 0 is the caller's, whole
+    for (uint32_t k = 1; k < shares; ++k) finish_share(k, epoch);
     if (failed_.load(std::memory_order_relaxed)) std::rethrow_exception(error_);
 }
 

@@ -2,13 +2,14 @@
 //
 // Why not a oneTBB parallel_for per loop: a needle2 decode step is ~85 small parallel loops
 // (the matmuls of each layer, attention per KV group), and a fork/join that moves cache lines
-// between cores many times costs microseconds: on a 2-core Zen 5 VM a line moves in ~150 ns,
-// and TBB's fork/join (or a shared chunk counter) measured ~2.2 µs per loop. A team hands out
-// a loop as one static share per thread: the worker sees the epoch (one line), claims its
-// share on a line of its own, and marks it done; ~3 line transfers per loop. A share its
-// worker has not claimed when the caller is done with its own is run by the caller (a tiny
-// loop, or a preempted worker, costs no waiting). Workers poll for ~200 µs after a loop, then
-// sleep on a condition variable, so an idle library costs no CPU.
+// between cores many times costs microseconds: on a 2-core Zen 5 VM a line takes ~300 ns from
+// one core to the other (600 ns ping-pong), and TBB's fork/join or a chunk counter shared by
+// the threads measured ~2.2 µs per loop. A team hands out a loop as one share per thread: the
+// worker sees the epoch (one line) and works through its share on lines of its own; the
+// caller, done with its share, steals the worker's last sub-chunks (a slow, late or preempted
+// worker costs little waiting), then reads one done word. Workers poll for ~200 µs after a
+// loop (yielding now and then, for an oversubscribed core), then sleep on a condition
+// variable, so an idle library costs no CPU.
 //
 // A team is used by one caller at a time (ArenaLease::execute leases one from a pool for the
 // duration of a call). Nested loops inside a loop body run inline on their thread.
@@ -66,32 +67,42 @@ public:
     };
 
 private:
-    // One thread's part of a loop, on a cache line of its own. `state` = epoch << 1 | done: a
-    // share is claimed (by its worker, or by the caller if the worker is late) by a CAS that
-    // writes the loop's epoch, and marked done by setting bit 0.
-    struct alignas(64) Share {
-        std::atomic<uint64_t> state{0};
+    // Share k >= 1 of a loop: its worker's range, cut into at most kSubChunks sub-chunks.
+    // `range` = epoch << 32 | front << 16 | back: sub-chunks [front, back) nobody has taken; the
+    // worker takes from the front, the caller (done with its own share) steals from the back,
+    // each by CAS, so an uneven split (a slower core, a preempted worker, inputs still in the
+    // caller's cache) evens out. `done` = epoch << 32 | sub-chunks the worker has finished, on
+    // a line of its own so the worker's CASes stay on its core until the caller steals.
+    struct Share {
+        alignas(64) std::atomic<uint64_t> range{0};
+        alignas(64) std::atomic<uint64_t> done{0};
     };
     void worker_main(int index);
     void stop_workers();
-    // Claims share k of loop `epoch` (if nobody has) and runs it; false if it was taken.
-    bool claim_and_run(uint32_t k, uint32_t epoch);
+    // Runs sub-chunk j of share k of the current loop (the caller of it has taken it).
+    void run_sub(uint32_t k, uint32_t j);
+    // Runs body(b, e) of the current loop on this thread; the first exception is kept.
+    void run_range(uint32_t b, uint32_t e);
+    // The worker's side of share k in loop `epoch`: sub-chunks from the front until none is left.
+    void work_share(uint32_t k, uint32_t epoch);
+    // The caller's side: steals sub-chunks of share k from the back, then waits for the worker's.
+    void finish_share(uint32_t k, uint32_t epoch);
 
     // The loop being handed out: loop_ = epoch << 32 | shares, stored (release) after the
-    // fields, which are read only by a thread that has claimed a share of that epoch (so the
-    // caller cannot be writing the next loop's). Atomics (relaxed) so that a late worker's read
-    // of a field is not a data race even when its claim then fails.
+    // fields and the shares' ranges. Fields are read only by a thread that has taken a
+    // sub-chunk of that epoch (so the caller cannot be writing the next loop's); atomics
+    // (relaxed) so that no read of them is a data race in any interleaving.
     alignas(64) std::atomic<uint64_t> loop_{0};
     std::atomic<const FunctionRef<void(uint32_t, uint32_t)> *> body_{nullptr};
-    std::atomic<uint32_t> begin_{0}, end_{0}, share_len_{1};
+    std::atomic<uint32_t> begin_{0}, end_{0}, share_len_{1}, sub_len_{1};
 
-    std::unique_ptr<Share[]> share_;  // [size()]
+    std::unique_ptr<Share[]> share_;  // [size()]; share 0 (the caller's) is unused
     alignas(64) std::atomic<int> sleepers_{0};
     std::atomic<bool> stop_{false};
     std::atomic<bool> failed_{false};
     std::exception_ptr error_;  // the first exception of the current loop (under mu_)
     std::mutex mu_;
-    std::condition_variable wake_;
+    std::condition_variable wake_;  // workers sleep on it between loops
     std::vector<std::thread> workers_;
 };
 
