@@ -111,7 +111,8 @@ Team::Lease::~Lease() {
     p.idle.emplace_back(team_->size(), team_);
 }
 
-Team::Team(int n_threads) : share_(new Share[size_t(std::max(1, n_threads))]) {
+Team::Team(int n_threads)
+    : share_(new Share[size_t(std::max(1, n_threads))]), done_(new Done[size_t(std::max(1, n_threads))]) {
     const int workers = std::max(0, n_threads - 1);
     workers_.reserve(size_t(workers));
     try {
@@ -160,40 +161,36 @@ void Team::run_range(uint32_t b, uint32_t e) {
     tl_in_chunk = outer;
 }
 
-void Team::work_share(uint32_t k, uint32_t epoch) {
-    std::atomic<uint64_t> &range = share_[k].range;
-    uint64_t cur = range.load(std::memory_order_acquire);
-    for (uint32_t finished = 0;;) {
-        const uint32_t front = uint32_t(cur >> 16) & 0xFFFFu, back = uint32_t(cur) & 0xFFFFu;
-        // A loop that moved on (its range was rewritten) or a share with nothing left: done.
-        if (epoch_of(cur) != epoch || front >= back) return;
-        if (!range.compare_exchange_weak(cur, cur + (uint64_t(1) << 16), std::memory_order_acquire,
-                                         std::memory_order_acquire))
-            continue;
-        run_sub(k, front);  // ours: the loop's fields stay put until `done` counts it
-        share_[k].done.store((uint64_t(epoch) << 32) | ++finished, std::memory_order_release);
-        cur = range.load(std::memory_order_acquire);
-    }
-}
-
-void Team::finish_share(uint32_t k, uint32_t epoch) {
+bool Team::take(uint32_t k, uint32_t epoch, bool front, uint32_t *j) {
     std::atomic<uint64_t> &range = share_[k].range;
     uint64_t cur = range.load(std::memory_order_acquire);
     for (;;) {
-        const uint32_t front = uint32_t(cur >> 16) & 0xFFFFu, back = uint32_t(cur) & 0xFFFFu;
-        if (front >= back) break;
-        if (!range.compare_exchange_weak(cur, cur - 1, std::memory_order_acquire, std::memory_order_acquire))
-            continue;
-        run_sub(k, back - 1);
-        cur = range.load(std::memory_order_acquire);
+        const uint32_t f = uint32_t(cur >> 16) & 0xFFFFu, b = uint32_t(cur) & 0xFFFFu;
+        // A loop that moved on (its range was rewritten) or nothing left: none.
+        if (epoch_of(cur) != epoch || f >= b) return false;
+        const uint64_t next = front ? cur + (uint64_t(1) << 16) : cur - 1;
+        if (range.compare_exchange_weak(cur, next, std::memory_order_acquire, std::memory_order_acquire)) {
+            *j = front ? f : b - 1;
+            return true;
+        }
     }
-    // Only the worker moves the front: it took exactly `front` sub-chunks; wait for them.
-    const uint64_t want = (uint64_t(epoch) << 32) | ((cur >> 16) & 0xFFFFu);
-    if ((want & 0xFFFFFFFFu) == 0) return;
-    for (uint32_t polls = 1; share_[k].done.load(std::memory_order_acquire) != want; ++polls) {
-        cpu_relax();
-        if (polls % 4096 == 0) std::this_thread::yield();  // its worker may be preempted
+}
+
+uint32_t Team::drain(uint32_t self, uint32_t epoch, uint32_t shares, std::atomic<uint64_t> *done) {
+    uint32_t finished = 0, j = 0;
+    auto ran = [&] {
+        ++finished;
+        // Published per sub-chunk: the caller's wait sums these (the loop's fields stay put
+        // until every sub-chunk taken is counted).
+        if (done) done->store((uint64_t(epoch) << 32) | finished, std::memory_order_release);
+    };
+    while (take(self, epoch, true, &j)) run_sub(self, j), ran();
+    // Own share done: take the others' last sub-chunks, one share after another.
+    for (uint32_t n = 1; n < shares; ++n) {
+        const uint32_t k = (self + n) % shares;
+        while (take(k, epoch, false, &j)) run_sub(k, j), ran();
     }
+    return finished;
 }
 
 void Team::worker_main(int index) {
@@ -222,7 +219,7 @@ void Team::worker_main(int index) {
             }
         }
         seen = loop_.load(std::memory_order_acquire);
-        if (k < shares_of(seen)) work_share(k, epoch_of(seen));
+        if (k < shares_of(seen)) drain(k, epoch_of(seen), shares_of(seen), &done_[k].word);
     }
 }
 
@@ -249,18 +246,31 @@ void Team::run(uint32_t begin, uint32_t end, uint32_t grain, FunctionRef<void(ui
     failed_.store(false, std::memory_order_relaxed);
     error_ = nullptr;
     const uint32_t epoch = epoch_of(loop_.load(std::memory_order_relaxed)) + 1;
-    for (uint32_t k = 1; k < shares; ++k) {
+    uint32_t total = 0;  // sub-chunks in the loop
+    for (uint32_t k = 0; k < shares; ++k) {
         const uint32_t b = begin + k * share_len, e = std::min(end, b + share_len);
         const uint32_t subs = (e - b + sub_len - 1) / sub_len;  // <= kSubChunks
         share_[k].range.store((uint64_t(epoch) << 32) | subs, std::memory_order_relaxed);
+        total += subs;
     }
     loop_.store((uint64_t(epoch) << 32) | shares, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
         { std::lock_guard<std::mutex> lock(mu_); }
         wake_.notify_all();
     }
-    run_range(begin, begin + share_len);  // share 0 is the caller's, whole
-    for (uint32_t k = 1; k < shares; ++k) finish_share(k, epoch);
+    // The caller works like a worker (its share from the front, then the others' from the back),
+    // then waits until every sub-chunk a worker took is counted done.
+    const uint32_t mine = drain(0, epoch, shares, nullptr);
+    for (uint32_t polls = 1;; ++polls) {
+        uint32_t finished = mine;
+        for (uint32_t k = 1; k < shares; ++k) {
+            const uint64_t d = done_[k].word.load(std::memory_order_acquire);
+            if (epoch_of(d) == epoch) finished += uint32_t(d);
+        }
+        if (finished == total) break;
+        cpu_relax();
+        if (polls % 4096 == 0) std::this_thread::yield();  // a worker may be preempted
+    }
     if (failed_.load(std::memory_order_relaxed)) std::rethrow_exception(error_);
 }
 

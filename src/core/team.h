@@ -5,9 +5,9 @@
 // between cores many times costs microseconds: on a 2-core Zen 5 VM a line takes ~300 ns from
 // one core to the other (600 ns ping-pong), and TBB's fork/join or a chunk counter shared by
 // the threads measured ~2.2 µs per loop. A team hands out a loop as one share per thread: the
-// worker sees the epoch (one line) and works through its share on lines of its own; the
-// caller, done with its share, steals the worker's last sub-chunks (a slow, late or preempted
-// worker costs little waiting), then reads one done word. Workers poll for ~200 µs after a
+// worker sees the epoch (one line) and works through its share on lines of its own; a thread
+// done with its share steals the others' last sub-chunks (a slow, late or preempted thread
+// costs little waiting), and the caller then reads one done word per worker. Workers poll for ~200 µs after a
 // loop (yielding now and then, for an oversubscribed core), then sleep on a condition
 // variable, so an idle library costs no CPU.
 //
@@ -67,15 +67,18 @@ public:
     };
 
 private:
-    // Share k >= 1 of a loop: its worker's range, cut into at most kSubChunks sub-chunks.
-    // `range` = epoch << 32 | front << 16 | back: sub-chunks [front, back) nobody has taken; the
-    // worker takes from the front, the caller (done with its own share) steals from the back,
-    // each by CAS, so an uneven split (a slower core, a preempted worker, inputs still in the
-    // caller's cache) evens out. `done` = epoch << 32 | sub-chunks the worker has finished, on
-    // a line of its own so the worker's CASes stay on its core until the caller steals.
+    // Share k of a loop (thread k's part; 0 is the caller's), cut into at most kSubChunks
+    // sub-chunks: `range` = epoch << 32 | front << 16 | back, the sub-chunks [front, back)
+    // nobody has taken. The owner takes from the front; a thread done with its own share takes
+    // from the back of the others'; each by CAS on that share's line, so an uneven split (a
+    // slower core, a preempted thread, inputs in another core's cache) evens out, and in the
+    // even case each thread's CASes stay on its own core.
     struct Share {
         alignas(64) std::atomic<uint64_t> range{0};
-        alignas(64) std::atomic<uint64_t> done{0};
+    };
+    // Worker k's count of sub-chunks it finished in a loop: epoch << 32 | count.
+    struct Done {
+        alignas(64) std::atomic<uint64_t> word{0};
     };
     void worker_main(int index);
     void stop_workers();
@@ -83,10 +86,12 @@ private:
     void run_sub(uint32_t k, uint32_t j);
     // Runs body(b, e) of the current loop on this thread; the first exception is kept.
     void run_range(uint32_t b, uint32_t e);
-    // The worker's side of share k in loop `epoch`: sub-chunks from the front until none is left.
-    void work_share(uint32_t k, uint32_t epoch);
-    // The caller's side: steals sub-chunks of share k from the back, then waits for the worker's.
-    void finish_share(uint32_t k, uint32_t epoch);
+    // Takes a sub-chunk of share k in loop `epoch` from its front or back into *j; false if
+    // none is left (or the loop has moved on).
+    bool take(uint32_t k, uint32_t epoch, bool front, uint32_t *j);
+    // Thread `self`'s part of loop `epoch`: its share, then what is left of the others'.
+    // Publishes its count of finished sub-chunks in *done (workers) and returns it.
+    uint32_t drain(uint32_t self, uint32_t epoch, uint32_t shares, std::atomic<uint64_t> *done);
 
     // The loop being handed out: loop_ = epoch << 32 | shares, stored (release) after the
     // fields and the shares' ranges. Fields are read only by a thread that has taken a
@@ -96,7 +101,8 @@ private:
     std::atomic<const FunctionRef<void(uint32_t, uint32_t)> *> body_{nullptr};
     std::atomic<uint32_t> begin_{0}, end_{0}, share_len_{1}, sub_len_{1};
 
-    std::unique_ptr<Share[]> share_;  // [size()]; share 0 (the caller's) is unused
+    std::unique_ptr<Share[]> share_;  // [size()]
+    std::unique_ptr<Done[]> done_;    // [size()]; 0 (the caller) unused
     alignas(64) std::atomic<int> sleepers_{0};
     std::atomic<bool> stop_{false};
     std::atomic<bool> failed_{false};
