@@ -316,13 +316,12 @@ void cq_matvec_fused(const CqMatrix &w, const Levels &lv, const float *xh, uint3
 // RB rows at a time, one row per lane: one index word per lane holds 16 (2-bit) or 8 (nibble)
 // columns of its row; a shift and a lane permute against the book give the weights of column
 // k for all RB rows, and one FMA with the broadcast activation x[k] does RB multiply-adds.
-// The order of one row is fixed: column k of a group goes to accumulator k % kAcc (8 on AVX-512,
-// 4 on AVX2), summed pairwise (tree), multiplied by the group norm into the row's
-// total, groups in increasing order. The decode step (lanes_matvec) and the prefill tile
-// (lanes_tile_pass) both follow it, so no bit depends on n_pos, the row range or threading.
+// The order of one row is fixed: column k of a group goes to accumulator k % kAcc (8 on
+// AVX-512, 4 on AVX2), summed pairwise (tree), multiplied by the group norm into the row's
+// total, groups in increasing order. One loop (lanes_matvec) serves a decode step and a
+// prefill chunk alike, kVecPos positions at a time, so no bit depends on n_pos, the row range
+// or threading.
 #include "kernels/isa/lanes.h"
-
-constexpr uint32_t kMaxTileCols = 512;  // larger groups: one fused pass per position
 
 // The accumulators of one group summed pairwise: ((a0+a1)+(a2+a3)) [+ ((a4+a5)+(a6+a7))].
 inline lanes::F tree(const lanes::F *a) {
@@ -331,104 +330,61 @@ inline lanes::F tree(const lanes::F *a) {
     return kAcc == 8 ? add(lo, add(add(a[4], a[5]), add(a[6], a[7]))) : lo;
 }
 
-// Eight columns of one word (fields `first` .. first+7) into the eight accumulators.
-template <uint32_t FW, bool Wide>
-inline lanes::I lanes_step8(const lanes::Book &bk, lanes::I v, const float *x, lanes::F *a) {
+// Eight columns of one word (fields `first` .. first+7) into the accumulators of P positions
+// (inputs x[p]): each decoded weight vector feeds P FMAs.
+template <uint32_t FW, bool Wide, uint32_t P>
+inline lanes::I lanes_step8(const lanes::Book &bk, lanes::I v, const float *const *x, lanes::F (*a)[lanes::kAcc]) {
     using namespace lanes;
     if (FW == 2 && kFieldPairs) {  // columns c, c + 1 from one shift (lanes.h Book::second)
 #pragma GCC unroll 4
         for (uint32_t c = 0; c < 8; c += 2) {
-            a[c % kAcc] = fma(bk.operator()<Wide>(v), bcast(x[c]), a[c % kAcc]);
-            a[(c + 1) % kAcc] = fma(bk.second(v), bcast(x[c + 1]), a[(c + 1) % kAcc]);
+            const F w0 = bk.operator()<Wide>(v), w1 = bk.second(v);
+            for (uint32_t p = 0; p < P; ++p) {
+                a[p][c % kAcc] = fma(w0, bcast(x[p][c]), a[p][c % kAcc]);
+                a[p][(c + 1) % kAcc] = fma(w1, bcast(x[p][c + 1]), a[p][(c + 1) % kAcc]);
+            }
             v = srl<4>(v);
         }
         return v;
     }
 #pragma GCC unroll 8
     for (uint32_t c = 0; c < 8; ++c) {
-        a[c % kAcc] = fma(bk.operator()<Wide>(v), bcast(x[c]), a[c % kAcc]);
+        const F wc = bk.operator()<Wide>(v);
+        for (uint32_t p = 0; p < P; ++p) a[p][c % kAcc] = fma(wc, bcast(x[p][c]), a[p][c % kAcc]);
         v = srl<FW>(v);
     }
     return v;
 }
 
-// One position, one row block: the RB row totals.
-template <uint32_t FW, bool Wide>
-inline lanes::F lanes_matvec(const CqMatrix &w, const lanes::Book &bk, const uint8_t *rec, const float *xh) {
+// P positions (xh + p * xs), one row block (records from rec), the weights decoded in
+// registers: tot[p] = the RB row totals of position p.
+template <uint32_t FW, bool Wide, uint32_t P>
+inline void lanes_matvec(const CqMatrix &w, const lanes::Book &bk, const uint8_t *rec, const float *xh, size_t xs,
+                         lanes::F *tot) {
     using namespace lanes;
     constexpr uint32_t CPW = 32 / FW;
     const uint32_t full = w.group / CPW;  // whole words; a 2-bit group of 16n+8 has a half word
     const size_t rec_bytes = cq_block_record_bytes(w);
-    F tot = zero();
+    for (uint32_t p = 0; p < P; ++p) tot[p] = zero();
     for (uint32_t g = 0; g < w.ngroups; ++g, rec += rec_bytes) {
-        const float *x = xh + size_t(g) * w.group;
+        const float *x[P];
+        for (uint32_t p = 0; p < P; ++p) x[p] = xh + p * xs + size_t(g) * w.group;
         const uint32_t *wd = reinterpret_cast<const uint32_t *>(rec + 4 * RB);
-        F a[kAcc];
-        for (auto &e : a) e = zero();
+        F a[P][kAcc];
+        for (auto &ap : a)
+            for (auto &e : ap) e = zero();
         for (uint32_t j = 0; j < full; ++j) {
-            I v = load_words(wd + size_t(j) * RB);
-            v = lanes_step8<FW, Wide>(bk, v, x + j * CPW, a);
-            if (CPW == 16) lanes_step8<FW, Wide>(bk, v, x + j * CPW + 8, a);
-        }
-        if (full * CPW < w.group) lanes_step8<FW, Wide>(bk, load_words(wd + size_t(full) * RB), x + full * CPW, a);
-        tot = lanes::fma(lanes::load(reinterpret_cast<const float *>(rec)), tree(a), tot);
-    }
-    return tot;
-}
-
-// Weights of one group of a row block, column k at tile + k * RB.
-template <uint32_t FW, bool Wide>
-inline void lanes_decode_tile(const CqMatrix &w, const lanes::Book &bk, const uint8_t *rec, float *tile) {
-    using namespace lanes;
-    constexpr uint32_t CPW = 32 / FW;
-    const uint32_t *wd = reinterpret_cast<const uint32_t *>(rec + 4 * RB);
-    for (uint32_t k0 = 0; k0 < w.group; k0 += 8) {  // group % 8 == 0: whole or half words
-        I v = load_words(wd + size_t(k0 / CPW) * RB);
-        if (k0 % CPW) v = srl<16>(v);  // the upper half of a 2-bit word
-        if (FW == 2 && kFieldPairs) {
-#pragma GCC unroll 4
-            for (uint32_t c = 0; c < 8; c += 2) {
-                store(tile + size_t(k0 + c) * RB, bk.operator()<Wide>(v));
-                store(tile + size_t(k0 + c + 1) * RB, bk.second(v));
-                v = srl<4>(v);
+            I v = lanes_step8<FW, Wide, P>(bk, load_words(wd + size_t(j) * RB), x, a);
+            for (uint32_t p = 0; p < P; ++p) x[p] += 8;
+            if (CPW == 16) {
+                lanes_step8<FW, Wide, P>(bk, v, x, a);
+                for (uint32_t p = 0; p < P; ++p) x[p] += 8;
             }
-            continue;
         }
-#pragma GCC unroll 8
-        for (uint32_t c = 0; c < 8; ++c) {
-            store(tile + size_t(k0 + c) * RB, bk.operator()<Wide>(v));
-            v = srl<FW>(v);
-        }
+        if (full * CPW < w.group) lanes_step8<FW, Wide, P>(bk, load_words(wd + size_t(full) * RB), x, a);
+        const F nv = lanes::load(reinterpret_cast<const float *>(rec));
+        for (uint32_t p = 0; p < P; ++p) tot[p] = lanes::fma(nv, tree(a[p]), tot[p]);
     }
-}
-
-// P positions (inputs x + p * xs, the group's slice) against a decoded tile: tot[p] += norm * dot.
-template <uint32_t P>
-inline void lanes_tile_pass(const float *tile, uint32_t n, const float *nrm, const float *x, size_t xs,
-                            lanes::F *tot) {
-    using namespace lanes;
-    F a[P][kAcc];
-    for (uint32_t p = 0; p < P; ++p)
-        for (auto &e : a[p]) e = zero();
-    // Walk pointers (base + constant offset addressing): indexing by k + c cost two integer ops
-    // per column and an indexed broadcast operand per FMA (measured: 7% of a 1-thread prefill).
-    const float *xp[P];
-    for (uint32_t p = 0; p < P; ++p) xp[p] = x + p * xs;
-    const float *t = tile;
-    for (uint32_t k = 0; k < n; k += 8, t += 8 * RB) {
-#pragma GCC unroll 8
-        for (uint32_t c = 0; c < 8; ++c) {
-            F wv = lanes::load(t + c * RB);
-            // Keep the weights in a register: GCC would otherwise fold the tile load into each
-            // of the P FMAs and load the broadcast separately (two loads per FMA, not one).
-            asm("" : "+v"(wv));
-#pragma GCC unroll 4
-            for (uint32_t p = 0; p < P; ++p) a[p][c % kAcc] = fma(wv, bcast(xp[p][c]), a[p][c % kAcc]);
-        }
-        for (uint32_t p = 0; p < P; ++p) xp[p] += 8;
-    }
-    const F nv = lanes::load(nrm);
-    for (uint32_t p = 0; p < P; ++p) tot[p] = fma(nv, tree(a[p]), tot[p]);
 }
 
 // Rows [lo, hi) of block b's totals (lanes lo - b*RB ..) into y (row lo at y[0]).
@@ -442,41 +398,34 @@ inline void lanes_store(lanes::F tot, uint32_t lane0, uint32_t n, float *y) {
     for (uint32_t i = 0; i < n; ++i) y[i] = t[lane0 + i];
 }
 
+// Positions per pass over a row block: a column's weights are decoded (shift + permute) once
+// for kVecPos positions. Zen 5 VM, 512 x 512 2-bit, one core, FMA peak 116 GMAC/s: 1 position
+// ~68 GMAC/s (a permute per FMA), 2 at a time ~90 on AVX-512 (AVX2 24 -> 38). The earlier
+// prefill pass, weights decoded once per group into an L1 tile and loaded per 3 positions,
+// reached ~68 on AVX-512 (a tile load and 3 broadcast loads per 3 FMAs: bound by loads).
+// 3 positions at a time was no faster (24 accumulators + the book: 30 of 32 registers).
+constexpr uint32_t kVecPos = 2;
+
 template <uint32_t FW, bool Wide>
 void lanes_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0, uint32_t count,
                   float *y, size_t y_stride) {
     using namespace lanes;
-    constexpr uint32_t kTile = 32;  // positions whose totals stay live across the groups
     const Book bk(w.levels, w.width);
-    const size_t rec_bytes = cq_block_record_bytes(w);
-    alignas(64) float tile[kMaxTileCols * RB];
-    F tot[kTile];
+    const size_t blk_bytes = size_t(w.ngroups) * cq_block_record_bytes(w);
     for (uint32_t b = r0 / RB; b * RB < r0 + count; ++b) {
         const uint32_t lo = b * RB > r0 ? b * RB : r0, hi = (b + 1) * RB < r0 + count ? (b + 1) * RB : r0 + count;
-        const uint8_t *rec0 = w.blocked + size_t(b) * w.ngroups * rec_bytes;
+        const uint8_t *rec0 = w.blocked + size_t(b) * blk_bytes;
         float *yb = y + (lo - r0);
-        if (n_pos == 1 || w.group > kMaxTileCols) {
-            for (size_t p = 0; p < n_pos; ++p)
-                lanes_store(lanes_matvec<FW, Wide>(w, bk, rec0, xh + p * xh_stride), lo - b * RB, hi - lo,
-                            yb + p * y_stride);
-            continue;
+        size_t p = 0;
+        for (; p + kVecPos <= n_pos; p += kVecPos) {
+            F tot[kVecPos];
+            lanes_matvec<FW, Wide, kVecPos>(w, bk, rec0, xh + p * xh_stride, xh_stride, tot);
+            for (uint32_t q = 0; q < kVecPos; ++q) lanes_store(tot[q], lo - b * RB, hi - lo, yb + (p + q) * y_stride);
         }
-        for (size_t p0 = 0; p0 < n_pos; p0 += kTile) {
-            const uint32_t P = uint32_t(n_pos - p0 < kTile ? n_pos - p0 : kTile);
-            for (uint32_t p = 0; p < P; ++p) tot[p] = zero();
-            const uint8_t *rec = rec0;
-            for (uint32_t g = 0; g < w.ngroups; ++g, rec += rec_bytes) {
-                lanes_decode_tile<FW, Wide>(w, bk, rec, tile);  // once per group for up to kTile positions (§9)
-                const float *nrm = reinterpret_cast<const float *>(rec);
-                const float *x = xh + p0 * xh_stride + size_t(g) * w.group;
-                uint32_t p = 0;
-                for (; p + kPos <= P; p += kPos) lanes_tile_pass<kPos>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
-                // The rest in pairs: a single position has kAcc dependency chains only (one FMA
-                // per FMA latency / kAcc cycles), two keep both FMA ports busy.
-                for (; p + 2 <= P; p += 2) lanes_tile_pass<2>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
-                if (p < P) lanes_tile_pass<1>(tile, w.group, nrm, x + p * xh_stride, xh_stride, tot + p);
-            }
-            for (uint32_t p = 0; p < P; ++p) lanes_store(tot[p], lo - b * RB, hi - lo, yb + (p0 + p) * y_stride);
+        for (; p < n_pos; ++p) {
+            F tot[1];
+            lanes_matvec<FW, Wide, 1>(w, bk, rec0, xh + p * xh_stride, xh_stride, tot);
+            lanes_store(tot[0], lo - b * RB, hi - lo, yb + p * y_stride);
         }
     }
 }

@@ -7,7 +7,6 @@
 namespace lanes {
 constexpr uint32_t RB = 16;
 constexpr uint32_t kAcc = 8;  // accumulators per row block and position (column k -> k % kAcc)
-constexpr uint32_t kPos = 3;  // positions per register-blocked pass over a decoded tile (24 of 32 registers)
 using F = __m512;
 using I = __m512i;
 inline F zero() { return _mm512_setzero_ps(); }
@@ -43,8 +42,7 @@ struct Book {
 #else  // AVX2
 namespace lanes {
 constexpr uint32_t RB = 8;
-constexpr uint32_t kAcc = 4;  // 16 registers: 4 accumulators per position ...
-constexpr uint32_t kPos = 3;  // ... for 3 positions per pass over a decoded tile
+constexpr uint32_t kAcc = 4;  // 16 registers: 4 accumulators per position
 using F = __m256;
 using I = __m256i;
 inline F zero() { return _mm256_setzero_ps(); }
