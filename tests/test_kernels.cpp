@@ -18,6 +18,7 @@
 #include "core/huge_pages.h"
 #include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
+#include "kernels/kernels.h"
 
 using needle::CqMatrix;
 using needle::KernelTable;
@@ -174,6 +175,56 @@ TEST_CASE("kernels: cq_matmul and cq_dequantize_row match scalar; matvec == matm
                 CHECK(rel_err(da.data(), db.data(), c.cols) < kTol);
             }
         }
+}
+
+// The rows-in-lanes path (AVX2, AVX-512: the copy made at load) runs positions two at a time
+// and a lone one last: an odd position count and an offset, partial row range give the same
+// bits as one position and one row at a time, and scalar's values within rounding.
+TEST_CASE("kernels: rows-in-lanes cq_matmul (each ISA's copy) matches scalar; matvec == matmul bitwise") {
+    const std::string initial = needle::kernel_isa();
+    int blocked = 0;
+    for (const char *isa : {"avx2", "avx512"}) {
+        if (!needle::use_kernel_isa(isa)) continue;
+        const KernelTable &k = needle::active_kernels();
+        std::mt19937 rng(12);
+        for (CqCase c : kCqCases) {
+            c.rows += 24;  // several row blocks and a partial one
+            INFO(isa << " width " << c.width << (c.ternary ? " (ternary)" : "") << " group " << c.group << " cols "
+                     << c.cols << " rows " << c.rows);
+            RandomCq w(rng, c.rows, c.cols, c.group, c.width, c.ternary);
+            needle::CqBlockStore store;
+            CqMatrix *mp = &w.m;
+            needle::cq_block_matrices(&mp, 1, store);
+            REQUIRE(w.m.blocked != nullptr);
+            const uint32_t P = 7, xs = w.m.cols_pad + 3, ys = c.rows + 2, r0 = 3, count = c.rows - 5;
+            std::vector<float> xh(size_t(P) * xs);
+            for (uint32_t p = 0; p < P; ++p) {
+                const std::vector<float> x = randn(rng, c.cols);
+                ref().cq_prepare_input(x.data(), c.cols, w.m.cols_pad, c.group, xh.data() + size_t(p) * xs);
+            }
+            std::vector<float> got(size_t(P) * ys, 7.0f), want(size_t(P) * ys, 7.0f);
+            k.cq_matmul(w.m, xh.data(), xs, P, r0, count, got.data(), ys);
+            ref().cq_matmul(w.m, xh.data(), xs, P, r0, count, want.data(), ys);
+            CHECK(rel_err(got.data(), want.data(), got.size()) < kTol);
+            for (size_t i = 0; i < got.size(); ++i)  // columns past count untouched
+                if (i % ys >= count) REQUIRE(got[i] == 7.0f);
+            bool same = true;
+            for (uint32_t p = 0; p < P; ++p)
+                for (uint32_t r = r0; r < r0 + count; ++r) {
+                    float one = 0.0f;
+                    k.cq_matmul(w.m, xh.data() + size_t(p) * xs, xs, 1, r, 1, &one, 1);
+                    same = same && std::memcmp(&one, &got[size_t(p) * ys + (r - r0)], 4) == 0;
+                }
+            CHECK(same);
+            // Two positions from an odd offset: the pair pass, not the lone-position one.
+            std::vector<float> two(size_t(2) * ys, 7.0f);
+            k.cq_matmul(w.m, xh.data() + size_t(3) * xs, xs, 2, r0, count, two.data(), ys);
+            CHECK(std::memcmp(two.data(), got.data() + size_t(3) * ys, size_t(2) * ys * 4) == 0);
+        }
+        ++blocked;
+    }
+    REQUIRE(needle::use_kernel_isa(initial.c_str()));
+    MESSAGE("rows-in-lanes ISAs compared: " << blocked);
 }
 
 TEST_CASE("kernels: rms_unit, zcrms and rope match scalar (also in place)") {
