@@ -101,6 +101,33 @@ const CqCase kCqCases[] = {
     {4, false, 64, 100, 11}, {4, false, 256, 256, 4}, {2, false, 128, 129, 13},
 };
 
+// P random prepared inputs (xh, stride xs) through k's cq_matmul of rows r0 .. r0+count-1 into
+// got (stride ys): within rounding of scalar, columns past count untouched, and the bits of one
+// position and one row at a time.
+void check_matmul(const KernelTable &k, const CqMatrix &m, std::mt19937 &rng, uint32_t P, uint32_t xs, uint32_t ys,
+                  uint32_t r0, uint32_t count, std::vector<float> &xh, std::vector<float> &got) {
+    xh.assign(size_t(P) * xs, 0.0f);
+    for (uint32_t p = 0; p < P; ++p) {
+        const std::vector<float> x = randn(rng, m.cols);
+        ref().cq_prepare_input(x.data(), m.cols, m.cols_pad, m.group, xh.data() + size_t(p) * xs);
+    }
+    got.assign(size_t(P) * ys, 7.0f);
+    std::vector<float> want(size_t(P) * ys, 7.0f);
+    k.cq_matmul(m, xh.data(), xs, P, r0, count, got.data(), ys);
+    ref().cq_matmul(m, xh.data(), xs, P, r0, count, want.data(), ys);
+    CHECK(rel_err(got.data(), want.data(), got.size()) < kTol);
+    for (size_t i = 0; i < got.size(); ++i)  // columns past count untouched
+        if (i % ys >= count) REQUIRE(got[i] == 7.0f);
+    bool same = true;
+    for (uint32_t p = 0; p < P; ++p)
+        for (uint32_t r = r0; r < r0 + count; ++r) {
+            float one = 0.0f;
+            k.cq_matmul(m, xh.data() + size_t(p) * xs, xs, 1, r, 1, &one, 1);
+            same = same && std::memcmp(&one, &got[size_t(p) * ys + (r - r0)], 4) == 0;
+        }
+    CHECK(same);
+}
+
 }  // namespace
 
 TEST_CASE("kernels: the scalar table is always supported, and last") {
@@ -146,28 +173,8 @@ TEST_CASE("kernels: cq_matmul and cq_dequantize_row match scalar; matvec == matm
                         << c.cols << " rows " << c.rows);
             const RandomCq w(rng, c.rows, c.cols, c.group, c.width, c.ternary);
             const uint32_t P = 35, xs = w.m.cols_pad + 3, ys = c.rows + 2;  // > kPosTile, odd strides
-            std::vector<float> xh(size_t(P) * xs);
-            for (uint32_t p = 0; p < P; ++p) {
-                const std::vector<float> x = randn(rng, c.cols);
-                ref().cq_prepare_input(x.data(), c.cols, w.m.cols_pad, c.group, xh.data() + size_t(p) * xs);
-            }
-            // Rows 1 .. rows-1 (an offset row block), all positions at once.
-            const uint32_t r0 = 1, count = c.rows - 1;
-            std::vector<float> got(size_t(P) * ys, 7.0f), want(size_t(P) * ys, 7.0f);
-            k->cq_matmul(w.m, xh.data(), xs, P, r0, count, got.data(), ys);
-            ref().cq_matmul(w.m, xh.data(), xs, P, r0, count, want.data(), ys);
-            CHECK(rel_err(got.data(), want.data(), got.size()) < kTol);
-            for (size_t i = 0; i < got.size(); ++i)  // columns past count untouched
-                if (i % ys >= count) REQUIRE(got[i] == 7.0f);
-            // The same rows one position and one row at a time: the same bits.
-            bool same = true;
-            for (uint32_t p = 0; p < P; ++p)
-                for (uint32_t r = r0; r < r0 + count; ++r) {
-                    float one = 0.0f;
-                    k->cq_matmul(w.m, xh.data() + size_t(p) * xs, xs, 1, r, 1, &one, 1);
-                    same = same && std::memcmp(&one, &got[size_t(p) * ys + (r - r0)], 4) == 0;
-                }
-            CHECK(same);
+            std::vector<float> xh, got;
+            check_matmul(*k, w.m, rng, P, xs, ys, 1, c.rows - 1, xh, got);  // rows 1.. (an offset row block)
             std::vector<float> da(c.cols), db(c.cols);
             for (uint32_t r = 0; r < c.rows; ++r) {
                 k->cq_dequantize_row(w.m, r, da.data());
@@ -197,25 +204,8 @@ TEST_CASE("kernels: rows-in-lanes cq_matmul (each ISA's copy) matches scalar; ma
             needle::cq_block_matrices(&mp, 1, store);
             REQUIRE(w.m.blocked != nullptr);
             const uint32_t P = 7, xs = w.m.cols_pad + 3, ys = c.rows + 2, r0 = 3, count = c.rows - 5;
-            std::vector<float> xh(size_t(P) * xs);
-            for (uint32_t p = 0; p < P; ++p) {
-                const std::vector<float> x = randn(rng, c.cols);
-                ref().cq_prepare_input(x.data(), c.cols, w.m.cols_pad, c.group, xh.data() + size_t(p) * xs);
-            }
-            std::vector<float> got(size_t(P) * ys, 7.0f), want(size_t(P) * ys, 7.0f);
-            k.cq_matmul(w.m, xh.data(), xs, P, r0, count, got.data(), ys);
-            ref().cq_matmul(w.m, xh.data(), xs, P, r0, count, want.data(), ys);
-            CHECK(rel_err(got.data(), want.data(), got.size()) < kTol);
-            for (size_t i = 0; i < got.size(); ++i)  // columns past count untouched
-                if (i % ys >= count) REQUIRE(got[i] == 7.0f);
-            bool same = true;
-            for (uint32_t p = 0; p < P; ++p)
-                for (uint32_t r = r0; r < r0 + count; ++r) {
-                    float one = 0.0f;
-                    k.cq_matmul(w.m, xh.data() + size_t(p) * xs, xs, 1, r, 1, &one, 1);
-                    same = same && std::memcmp(&one, &got[size_t(p) * ys + (r - r0)], 4) == 0;
-                }
-            CHECK(same);
+            std::vector<float> xh, got;
+            check_matmul(k, w.m, rng, P, xs, ys, r0, count, xh, got);
             // Two positions from an odd offset: the pair pass, not the lone-position one.
             std::vector<float> two(size_t(2) * ys, 7.0f);
             k.cq_matmul(w.m, xh.data() + size_t(3) * xs, xs, 2, r0, count, two.data(), ys);
