@@ -23,6 +23,7 @@ needle_check_abi, and for one that lacks a function of the ABI it claims.
 import ctypes
 import ctypes.util
 import json
+import operator
 import os
 from array import array
 
@@ -238,6 +239,39 @@ def _check(status, library=None):
         raise NeedleError(status, _decode((library or lib).needle_last_error()))
 
 
+_U32 = (0, 0xFFFFFFFF)
+_I32 = (-0x80000000, 0x7FFFFFFF)
+_U64 = (0, 0xFFFFFFFFFFFFFFFF)
+
+
+def _int(value, name, bounds):
+    """`value` as a Python int within the C type's `bounds`: ctypes would wrap 2**32 + 5 to 5 and
+    -1 to 4294967295 without a word, so the library would see another argument than the caller's.
+    Raises TypeError for a non-integer (a float, None) and ValueError out of range."""
+    try:
+        v = operator.index(value)  # int, bool, numpy integers; not float
+    except TypeError:
+        raise TypeError("%s must be an integer, not %s" % (name, type(value).__name__)) from None
+    lo, hi = bounds
+    if not lo <= v <= hi:
+        raise ValueError("%s must be in [%d, %d], got %d" % (name, lo, hi, v))
+    return v
+
+
+def _ids(tokens, name="tokens"):
+    """A list of token ids as a ctypes uint32 array, each checked (see _int)."""
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError("%s must be a sequence of token ids, not %s" % (name, type(tokens).__name__))
+    return (ctypes.c_uint32 * len(tokens))(*[_int(t, name + " item", _U32) for t in tokens])
+
+
+def _utf8(text, name="text"):
+    """str -> UTF-8 bytes; a TypeError naming the argument for anything else."""
+    if not isinstance(text, str):
+        raise TypeError("%s must be str, not %s" % (name, type(text).__name__))
+    return text.encode("utf-8")
+
+
 def version():
     """The library version, e.g. "0.1.0"."""
     return _decode(lib.needle_version_string())
@@ -336,7 +370,8 @@ class Model(_Handle):
     def _params(use_mmap, n_threads, depth=0):
         p = _ModelParams(struct_size=ctypes.sizeof(_ModelParams))  # init writes only struct_size bytes
         lib.needle_model_params_init(ctypes.byref(p))
-        p.use_mmap, p.n_threads, p.depth = int(bool(use_mmap)), int(n_threads), int(depth)
+        p.use_mmap = int(bool(use_mmap))
+        p.n_threads, p.depth = _int(n_threads, "n_threads", _I32), _int(depth, "depth", _U32)
         return p
 
     def _read_info(self):
@@ -346,7 +381,7 @@ class Model(_Handle):
 
     def tokenize(self, text, add_bos=False):
         """Encodes text with the model's tokenizer; returns a list of ids."""
-        raw = text.encode("utf-8")
+        raw = _utf8(text)
         n = ctypes.c_size_t(len(raw) + 8)  # a first guess; the library reports the exact need
         while True:
             buf = (ctypes.c_uint32 * n.value)()
@@ -358,7 +393,7 @@ class Model(_Handle):
 
     def detokenize(self, tokens):
         """Decodes ids to text."""
-        ids = (ctypes.c_uint32 * len(tokens))(*tokens)
+        ids = _ids(tokens)
         n = ctypes.c_size_t()
         status = lib.needle_model_detokenize(self._handle, ids, len(tokens), None, 0,
                                              ctypes.byref(n))
@@ -390,6 +425,7 @@ class Batch(_Handle):
     def __init__(self, model, capacity):
         super().__init__(None)
         out = ctypes.c_void_p()
+        capacity = _int(capacity, "capacity", _U32)
         _check(lib.needle_batch_create(model._handle, capacity, ctypes.byref(out)))
         self._ptr = out.value
         self.capacity = capacity
@@ -404,7 +440,7 @@ def decode_many(states, tokens, batch, logits=True):
     if len(tokens) != n:
         raise ValueError("decode_many: %d states but %d tokens" % (n, len(tokens)))
     handles = (_vp * n)(*[s._handle for s in states])
-    ids = (ctypes.c_uint32 * n)(*tokens)
+    ids = _ids(tokens)
     outs, ptrs, width = [None] * n, None, 0
     if logits and n:
         width = states[0].vocab_size
@@ -443,9 +479,9 @@ class State(_Handle):
         super().__init__(None)
         p = _StateParams(struct_size=ctypes.sizeof(_StateParams))  # init writes only struct_size bytes
         lib.needle_state_params_init(ctypes.byref(p))
-        p.kv_window = kv_window
+        p.kv_window = _int(kv_window, "kv_window", _I32)
         p.kv_type = 1 if int8_kv else 0
-        p.max_tokens = int(max_tokens)
+        p.max_tokens = _int(max_tokens, "max_tokens", _U32)
         out = ctypes.c_void_p()
         _check(lib.needle_state_create_ex(model._handle, ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
@@ -461,13 +497,6 @@ class State(_Handle):
         """Rewinds to position 0."""
         lib.needle_state_reset(self._handle)
 
-    def confidence(self):
-        """sigma(confidence head) over every position fed so far (NeedleError UNSUPPORTED when the
-        model has no such head, INVALID_ARGUMENT before the first token)."""
-        p = ctypes.c_float()
-        _check(lib.needle_state_confidence(self._handle, ctypes.byref(p)))
-        return p.value
-
     def _logits(self, want):
         if not want:
             return None, None, 0
@@ -477,13 +506,14 @@ class State(_Handle):
 
     def decode(self, token, logits=True):
         """Feeds one token; returns the next-token logits as array('f') (None if logits=False)."""
+        token = _int(token, "token", _U32)
         out, ptr, n = self._logits(logits)
         _check(lib.needle_state_decode(self._handle, token, ptr, n))
         return out
 
     def prefill(self, tokens, batch=None, logits=True):
         """Feeds tokens (in chunks through `batch` if given); returns the last position's logits."""
-        ids = (ctypes.c_uint32 * len(tokens))(*tokens)
+        ids = _ids(tokens)
         out, ptr, n = self._logits(logits and len(tokens) > 0)
         _check(lib.needle_state_prefill(self._handle, batch._handle if batch else None, ids,
                                         len(tokens), ptr, n))
@@ -536,8 +566,9 @@ class State(_Handle):
         re-raised here. Returns a GenerateResult."""
         p = _GenerateParams(struct_size=ctypes.sizeof(_GenerateParams))  # init writes only struct_size bytes
         lib.needle_generate_params_init(ctypes.byref(p))
-        p.max_tokens, p.temperature, p.top_k = max_tokens, temperature, top_k
-        p.top_p, p.seed, p.add_bos = top_p, seed, int(bool(add_bos))
+        p.max_tokens = _int(max_tokens, "max_tokens", _U32)
+        p.top_k, p.seed = _int(top_k, "top_k", _I32), _int(seed, "seed", _U64)
+        p.temperature, p.top_p, p.add_bos = temperature, top_p, int(bool(add_bos))
         res = _GenerateResult(struct_size=ctypes.sizeof(_GenerateResult))
         pieces, tokens, failure = [], [], []
 
@@ -553,7 +584,7 @@ class State(_Handle):
                 return 1
 
         c_callback = _TOKEN_CALLBACK(trampoline)  # referenced until the call returns
-        raw = prompt.encode("utf-8")
+        raw = _utf8(prompt, "prompt")
         status = lib.needle_generate(self._handle, batch._handle if batch else None, raw,
                                      len(raw), ctypes.byref(p), c_callback, None,
                                      ctypes.byref(res))
@@ -586,8 +617,8 @@ class Chat(_Handle):
         p.tool_choice = TOOL_CHOICES[tool_choice]
         tools_json = tools if isinstance(tools, str) else json.dumps(tools)
         out = ctypes.c_void_p()
-        _check(lib.needle_chat_create(model._handle, (system or "").encode("utf-8"),
-                                      tools_json.encode("utf-8"), ctypes.byref(p), ctypes.byref(out)))
+        _check(lib.needle_chat_create(model._handle, _utf8(system or "", "system"),
+                                      _utf8(tools_json, "tools"), ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
         self._model = model  # the library keeps the model alive; this keeps the Python object too
 
@@ -602,7 +633,7 @@ class Chat(_Handle):
 
     def render(self, text):
         """The exact prompt text the next complete(text) would feed (no BOS)."""
-        return self._text(lib.needle_chat_render, text.encode("utf-8"))
+        return self._text(lib.needle_chat_render, _utf8(text))
 
     @property
     def tools_json(self):
@@ -611,7 +642,8 @@ class Chat(_Handle):
 
     def complete(self, text, max_new_tokens=256):
         """One turn; returns the envelope dict (success False for a failed turn)."""
-        raw = text.encode("utf-8")
+        raw = _utf8(text)
+        max_new_tokens = _int(max_new_tokens, "max_new_tokens", _U32)
         buf = ctypes.create_string_buffer(self.buffer_size)
         n = _size()
         # A too-small buffer raises (the turn ran; it is not re-run): raise buffer_size instead.

@@ -148,6 +148,35 @@ class ModelTest(unittest.TestCase):
                 s.prefill([BOS] * (self.model.info.max_seq_len + 1), logits=False)
             self.assertEqual(cm.exception.status, needle.E_CONTEXT_FULL)
 
+    def test_integers_are_checked_not_wrapped(self):
+        # ctypes alone would pass 2**32 + 5 as token 5 and -1 as 4294967295 or a huge budget.
+        with self.model.new_state() as s:
+            for bad in (2 ** 32 + 5, -1):
+                with self.assertRaisesRegex(ValueError, r"token must be in \[0, 4294967295\]"):
+                    s.decode(bad)
+                with self.assertRaisesRegex(ValueError, "tokens item"):
+                    s.prefill([BOS, bad])
+            with self.assertRaisesRegex(TypeError, "token must be an integer, not float"):
+                s.decode(2.0)
+            with self.assertRaisesRegex(ValueError, "max_tokens"):
+                s.generate("Hello", max_tokens=-1)
+            with self.assertRaisesRegex(ValueError, "seed"):
+                s.generate("Hello", max_tokens=1, seed=-1)
+            with self.assertRaisesRegex(TypeError, "prompt must be str, not NoneType"):
+                s.generate(None)
+            self.assertEqual(s.pos, 0)
+        with self.assertRaisesRegex(TypeError, "text must be str, not NoneType"):
+            self.model.tokenize(None)
+        with self.assertRaisesRegex(ValueError, "tokens item"):
+            self.model.detokenize([-1])
+        with self.assertRaisesRegex(ValueError, "max_tokens"):
+            self.model.new_state(max_tokens=2 ** 32)
+        with self.assertRaisesRegex(ValueError, "n_threads"):
+            needle.Model(TINY, n_threads=2 ** 31)
+        with self.model.new_chat(WEATHER) as chat:
+            with self.assertRaisesRegex(ValueError, "max_new_tokens"):
+                chat.complete("Paris?", -1)
+
     def generate(self, **kw):
         with self.model.new_state() as s:
             return s.generate("Hello", max_tokens=16, **kw)
