@@ -57,15 +57,22 @@ TEST_CASE("misuse: lengths at SIZE_MAX are rejected before the caller's buffer i
     Batch b = new_batch(m.get(), 4);
     std::vector<float> lg(V);
 
-    // n_tokens SIZE_MAX: a NULL array is an argument error; a first token out of range is found
-    // at index 0 (only one element is read, which ASan would report otherwise).
+    // n_tokens SIZE_MAX: a NULL array is an argument error; otherwise the length fails the room
+    // check before any id is read (ASan would report a read past these one-element arrays).
     const uint32_t bad_first[1] = {uint32_t(V) + 7};
+    const uint32_t good[1] = {5};
     EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_state_prefill(s.get(), nullptr, nullptr, SIZE_MAX, nullptr, 0), "tokens");
-    EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_state_prefill(s.get(), b.get(), bad_first, SIZE_MAX, lg.data(), V),
-                std::to_string(V + 7).c_str());
-    EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_state_prefill(s.get(), nullptr, bad_first, SIZE_MAX, nullptr, 0),
-                "index 0");
-    // More valid tokens than room: CONTEXT_FULL, after every token was checked.
+    EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_state_prefill(s.get(), b.get(), good, SIZE_MAX, lg.data(), V),
+                std::to_string(SIZE_MAX).c_str());
+    EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_state_prefill(s.get(), nullptr, good, SIZE_MAX, nullptr, 0),
+                "max_seq_len");
+    EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_state_prefill(s.get(), nullptr, bad_first, SIZE_MAX, nullptr, 0),
+                "max_seq_len");
+    // Within the room, a bad id is found where it is.
+    const uint32_t bad_second[2] = {5, uint32_t(V) + 7};
+    EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_state_prefill(s.get(), b.get(), bad_second, 2, lg.data(), V),
+                "index 1");
+    // More valid tokens than room: CONTEXT_FULL.
     const std::vector<uint32_t> too_many(size_t(info.max_seq_len) + 1, 5);
     EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL,
                 needle_state_prefill(s.get(), b.get(), too_many.data(), too_many.size(), lg.data(), SIZE_MAX),

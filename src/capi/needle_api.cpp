@@ -57,15 +57,14 @@ needle_status guarded(F &&f) noexcept {
     }
 }
 
-// Shared rules of decode and prefill: tokens in range, logits buffer, room (this order).
+// Shared rules of decode and prefill, in needle.h's order (Errors): the tokens pointer and the
+// logits buffer, room, then the ids. Room comes before the ids are read: n is the caller's claim
+// of its array's length, and a wrong one (SIZE_MAX) must fail without reading past what the state
+// could take.
 needle_status check_feed(const char *fn, const needle_state *s, const uint32_t *tokens, size_t n,
                          const float *logits, size_t logits_len) {
     const needle::ModelInfo &mi = s->model->info();
     if (n > 0 && !tokens) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: tokens is NULL", fn);
-    for (size_t i = 0; i < n; ++i)
-        if (tokens[i] >= mi.vocab_size)
-            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: token %u at index %zu is >= vocab_size %u",
-                          fn, tokens[i], i, mi.vocab_size);
     if (!logits && logits_len > 0)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: logits is NULL but logits_len is %zu", fn, logits_len);
     if (logits && logits_len < mi.out_vocab)
@@ -76,6 +75,10 @@ needle_status check_feed(const char *fn, const needle_state *s, const uint32_t *
         return errorf(NEEDLE_E_CONTEXT_FULL, "%s: %zu token%s at position %u would pass the state's %s %u",
                       fn, n, needle::plural(n), s->seq->pos, limit < mi.max_seq_len ? "max_tokens" : "max_seq_len",
                       limit);
+    for (size_t i = 0; i < n; ++i)
+        if (tokens[i] >= mi.vocab_size)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: token %u at index %zu is >= vocab_size %u",
+                          fn, tokens[i], i, mi.vocab_size);
     return NEEDLE_OK;
 }
 
