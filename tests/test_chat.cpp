@@ -197,6 +197,18 @@ TEST_CASE("chat: max_new_tokens 3 inside the call gives the official truncated e
     CHECK(env["peak_ram_mb"].get<double>() > 0.0);
 }
 
+TEST_CASE("chat: a budget spent before any call opened is truncated with its own message") {
+    // No tools, auto: the tiny model writes text and never opens <tool_call> in 3 tokens.
+    Chat c = make_chat(tiny().get(), "", "[]", params(NEEDLE_TOOL_CHOICE_AUTO));
+    const std::string text = complete_text(c.get(), "What's the weather in Paris?", 3);
+    INFO(text);
+    const auto env = nlohmann::ordered_json::parse(text);
+    CHECK(env["success"] == false);
+    CHECK(env["error_code"] == "truncated");
+    CHECK(env["error"] == "token budget exhausted before a tool call started");
+    CHECK(env["function_calls"] == nlohmann::json::array());
+}
+
 TEST_CASE("chat: every envelope has the documented keys in order, and reset replays the first turn") {
     for (int32_t choice : {NEEDLE_TOOL_CHOICE_AUTO, NEEDLE_TOOL_CHOICE_REQUIRED, NEEDLE_TOOL_CHOICE_NONE}) {
         INFO("tool_choice " << choice);

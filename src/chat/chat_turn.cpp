@@ -168,7 +168,11 @@ void Chat::finish_envelope(const TurnResult &r, Stop stop, Envelope &e) {
         return;
     }
     if (!c.call_closed) {
-        if (stop == Stop::Budget) return set_failure(e, "truncated", kTruncatedMessage);
+        // §4 [O] gives the message for a budget that ran out inside the call payload; one that ran
+        // out before <tool_call> keeps the code but says so [C] (nothing was cut off).
+        if (stop == Stop::Budget)
+            return set_failure(e, "truncated", c.call_opened ? kTruncatedMessage
+                                                             : "token budget exhausted before a tool call started");
         if (stop == Stop::Context)
             return set_failure(e, "context_full", "context full: the conversation reached max_seq_len; call reset");
         if (c.call_opened) return set_failure(e, "schema_violation", "the turn ended inside the call list");
