@@ -152,6 +152,10 @@ TEST_CASE("demo model: the built-in model is models/needle-demo.cact") {
     const std::vector<uint8_t> tools = fixtures::read_bytes(models_file("needle-demo.tools.json"));
     CHECK(std::string(needle_builtin_tools_json()) == std::string(tools.begin(), tools.end()));
     CHECK(needle_model_load_builtin(nullptr, nullptr) == NEEDLE_E_INVALID_ARGUMENT);
+    needle_model_params p;
+    p.struct_size = 4;  // too short: the message names the call the caller made
+    CHECK(needle_model_load_builtin(&p, &m) == NEEDLE_E_INVALID_ARGUMENT);
+    CHECK(std::string(needle_last_error()).rfind("needle_model_load_builtin: params.struct_size 4 <", 0) == 0);
 }
 
 TEST_CASE("demo model: held-out accuracy through needle_chat") {

@@ -49,6 +49,43 @@ void put_u32(std::vector<uint8_t> &b, size_t off, uint32_t v) {
 
 }  // namespace
 
+TEST_CASE("misuse: flags other than 0 or 1 and short params name the field") {
+    needle_model_params mp;
+    mp.struct_size = sizeof mp;
+    needle_model_params_init(&mp);
+    mp.use_mmap = 5;  // more likely a misplaced field than "on"
+    needle_model *raw = nullptr;
+    EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_model_load_file(model_path("tiny").c_str(), &mp, &raw),
+                "use_mmap 5");
+    CHECK(raw == nullptr);
+
+    Model m = load(model_path("tiny"));
+    const char *fields[] = {"grammar", "require_required", "stop_needs_call", "sinks"};
+    for (const char *f : fields) {
+        needle_chat_params cp;
+        cp.struct_size = sizeof cp;
+        needle_chat_params_init(&cp);
+        int32_t *field = std::strcmp(f, "grammar") == 0            ? &cp.grammar
+                         : std::strcmp(f, "require_required") == 0 ? &cp.require_required
+                         : std::strcmp(f, "stop_needs_call") == 0  ? &cp.stop_needs_call
+                                                                   : &cp.sinks;
+        *field = 7;
+        needle_chat *c = nullptr;
+        EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_chat_create(m.get(), "", "[]", &cp, &c),
+                    (std::string(f) + " 7").c_str());
+        CHECK(c == nullptr);
+    }
+
+    // A params struct shorter than the library's says "<", not "is not" (a longer one is fine).
+    State s = new_state(m.get());
+    needle_generate_params gp;
+    gp.struct_size = sizeof gp;
+    needle_generate_params_init(&gp);
+    gp.struct_size = uint32_t(sizeof gp - 1);
+    EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_generate(s.get(), nullptr, "hi", 2, &gp, nullptr, nullptr, nullptr),
+                ("params.struct_size " + std::to_string(sizeof gp - 1) + " < " + std::to_string(sizeof gp)).c_str());
+}
+
 TEST_CASE("misuse: lengths at SIZE_MAX are rejected before the caller's buffer is overrun") {
     Model m = load(model_path("odd"));
     const needle_model_info info = info_of(m.get());

@@ -2,6 +2,7 @@
 // the caller passed.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "needle.h"
@@ -28,4 +29,16 @@ TEST_CASE("upstream api: needle_complete argument errors name the parameter and 
     CHECK(complete_error(nullptr, 16, buf, int(sizeof buf), &rc) == "needle_complete: text is NULL");
     CHECK(complete_error("hi", 16, nullptr, 64, &rc) == "needle_complete: out_buf is NULL");
     CHECK(rc == -int(NEEDLE_E_INVALID_ARGUMENT));
+}
+
+TEST_CASE("upstream api: a NEEDLE_MODEL that fails to load is named with its path") {
+    // The caller of needle_init passed no path: the message says where it came from. (Each ctest
+    // entry is its own process, so the process-wide model of the other cases is not touched.)
+    REQUIRE(setenv("NEEDLE_MODEL", "/nonexistent/model.cact", 1) == 0);
+    const int rc = needle_init("", "[]", nullptr);
+    const std::string msg = needle_last_error();
+    unsetenv("NEEDLE_MODEL");
+    CHECK(rc == -int(NEEDLE_E_IO));
+    INFO(msg);
+    CHECK(msg.rfind("needle_init: NEEDLE_MODEL=/nonexistent/model.cact: cannot open", 0) == 0);
 }

@@ -14,7 +14,8 @@ needle_status needle_model_load_builtin(const needle_model_params *p, needle_mod
     if (out) *out = nullptr;
     if (!out) return needle::capi::set_last_error(NEEDLE_E_INVALID_ARGUMENT, "needle_model_load_builtin: out is NULL");
 #if NEEDLE_HAVE_BUILTIN_MODEL
-    return needle_model_load_memory(needle::builtin::model_bytes, needle::builtin::model_size, p, out);
+    return needle::capi::load_memory("needle_model_load_builtin", needle::builtin::model_bytes,
+                                     needle::builtin::model_size, p, out);
 #else
     (void)p;
     return needle::capi::set_last_error(NEEDLE_E_UNSUPPORTED,

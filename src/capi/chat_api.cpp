@@ -113,6 +113,14 @@ needle_status read_params(const char *fn, const needle_chat_params *p, needle_ch
     if (out.tool_choice < 0 || out.tool_choice > 2)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "tool_choice " + std::to_string(out.tool_choice) +
                                                          " (use 0 auto, 1 required, 2 none)");
+    const std::pair<const char *, int32_t> flags[] = {{"grammar", out.grammar},
+                                                      {"require_required", out.require_required},
+                                                      {"stop_needs_call", out.stop_needs_call},
+                                                      {"sinks", out.sinks}};
+    for (const auto &f : flags)  // 0 or 1: another value is more likely a misplaced field than "on"
+        if (f.second != 0 && f.second != 1)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, std::string(f.first) + " " + std::to_string(f.second) +
+                                                             " (use 0 off or 1 on)");
     if (out.kv_type != NEEDLE_KV_F32 && out.kv_type != NEEDLE_KV_INT8)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, fn, "kv_type " + std::to_string(out.kv_type) + " (use 0 f32 or 1 int8)");
     if (out.validation < NEEDLE_VALIDATION_OFF || out.validation > NEEDLE_VALIDATION_ANNOTATE)

@@ -38,6 +38,11 @@ namespace capi {
 // Sets the thread's last error (needle_last_error) to msg and returns code.
 needle_status set_last_error(needle_status code, const char *msg);
 
+/** needle_model_load_memory with `fn` as the name its error messages give (the built-in model
+ *  and upstream's needle_load report under their own names). */
+needle_status load_memory(const char *fn, const void *data, size_t size, const needle_model_params *p,
+                          needle_model **out);
+
 // Byte offset just past field `f` of params struct `T`.
 #define NEEDLE_FIELD_END(T, f) (offsetof(T, f) + sizeof(static_cast<T *>(nullptr)->f))
 

@@ -124,6 +124,8 @@ needle_status load_common(const char *fn, const needle_model_params *p, needle_m
         if (p->struct_size < v1)
             return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u < %zu"
                           " (call needle_model_params_init)", fn, p->struct_size, v1);
+        if (p->use_mmap != 0 && p->use_mmap != 1)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: use_mmap %d (use 0 read or 1 map)", fn, p->use_mmap);
         if (p->n_threads < 0) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: n_threads %d is negative", fn, p->n_threads);
         params.use_mmap = p->use_mmap, params.n_threads = p->n_threads;
         if (p->struct_size >= offsetof(needle_model_params, depth) + sizeof p->depth) params.depth = p->depth;
@@ -181,7 +183,7 @@ const char *needle_status_string(needle_status s) {
     case NEEDLE_OK: return "ok";
     case NEEDLE_E_INVALID_ARGUMENT: return "invalid argument";
     case NEEDLE_E_IO: return "i/o error";
-    case NEEDLE_E_FORMAT: return "invalid or damaged model file";
+    case NEEDLE_E_FORMAT: return "invalid or damaged data (a model file or a saved state)";
     case NEEDLE_E_UNSUPPORTED: return "unsupported";
     case NEEDLE_E_NO_MEMORY: return "out of memory";
     case NEEDLE_E_CONTEXT_FULL: return "context full";
@@ -199,6 +201,24 @@ void needle_model_params_init(needle_model_params *p) {
                                                                    NEEDLE_FIELD_END(needle_model_params, precision)});
 }
 
+}  // extern "C"
+
+namespace needle {
+namespace capi {
+needle_status load_memory(const char *fn, const void *data, size_t size, const needle_model_params *p,
+                          needle_model **out) {
+    if (out) *out = nullptr;
+    if (!out || (!data && size > 0)) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: data or out is NULL", fn);
+    return load_common(fn, p, out, [&](const needle::LoadOptions &) {
+        static const uint8_t empty = 0;
+        return needle::FileBytes::copy(data ? data : &empty, size);
+    });
+}
+}  // namespace capi
+}  // namespace needle
+
+extern "C" {
+
 needle_status needle_model_load_file(const char *path, const needle_model_params *p, needle_model **out) {
     if (out) *out = nullptr;
     if (!path || !out) return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_model_load_file: path or out is NULL");
@@ -209,13 +229,7 @@ needle_status needle_model_load_file(const char *path, const needle_model_params
 
 needle_status needle_model_load_memory(const void *data, size_t size, const needle_model_params *p,
                                        needle_model **out) {
-    if (out) *out = nullptr;
-    if (!out || (!data && size > 0))
-        return set_error(NEEDLE_E_INVALID_ARGUMENT, "needle_model_load_memory: data or out is NULL");
-    return load_common("needle_model_load_memory", p, out, [&](const needle::LoadOptions &) {
-        static const uint8_t empty = 0;
-        return needle::FileBytes::copy(data ? data : &empty, size);
-    });
+    return needle::capi::load_memory("needle_model_load_memory", data, size, p, out);
 }
 
 void needle_model_free(needle_model *model) { delete model; }
@@ -459,7 +473,7 @@ needle_status needle_generate(needle_state *state, needle_batch *batch, const ch
     // generate" (NEEDLE_STOP_NONE, zero counts) instead of leaving the caller's old bytes.
     if (result) {
         if (result->struct_size < sizeof(needle_generate_result))
-            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: result.struct_size %u is not %zu", fn, result->struct_size,
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: result.struct_size %u < %zu", fn, result->struct_size,
                           sizeof(needle_generate_result));
         result->prompt_tokens = 0;
         result->generated_tokens = 0;
@@ -475,7 +489,8 @@ needle_status needle_generate(needle_state *state, needle_batch *batch, const ch
     needle_generate_params p = generate_params_defaults();
     if (params) {
         if (params->struct_size < sizeof p)
-            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u is not %zu", fn, params->struct_size, sizeof p);
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: params.struct_size %u < %zu (call needle_generate_params_init)",
+                          fn, params->struct_size, sizeof p);
         p = *params;
     }
     needle::GenerateOptions opt;

@@ -36,7 +36,7 @@ int needle_load(const char *blob, uint64_t size) {
     Global &g = global();
     std::lock_guard<std::mutex> lock(g.mu);
     needle_model *m = nullptr;
-    const needle_status st = needle_model_load_memory(blob, size_t(size), nullptr, &m);
+    const needle_status st = needle::capi::load_memory("needle_load", blob, size_t(size), nullptr, &m);
     if (st != NEEDLE_OK) return neg(st);
     needle_chat_free(g.chat);  // a chat keeps its old model alive until freed
     g.chat = nullptr;
@@ -57,6 +57,8 @@ int needle_init(const char *system, const char *tools_json, const char *tool_ind
         if (st == NEEDLE_E_UNSUPPORTED && !from_file)
             return fail(NEEDLE_E_INVALID_ARGUMENT,
                         "needle_init: no model: call needle_load or set NEEDLE_MODEL (this build has no built-in model)");
+        if (st != NEEDLE_OK && from_file)  // say where the path came from: the caller never passed one
+            return fail(st, ("needle_init: NEEDLE_MODEL=" + std::string(path) + ": " + needle_last_error()).c_str());
         if (st != NEEDLE_OK) return neg(st);
     }
     needle_chat_params p;
