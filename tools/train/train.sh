@@ -66,13 +66,14 @@ echo "== 4/5 training ($STOP steps of a $STEPS-step cosine)"
 last=$(ls "$OUT"/ckpt.pt.step* | sed 's/.*step//' | sort -n | tail -1)
 ckpt="$OUT/ckpt.pt.step$last"
 CONT_STEPS=${CONT_STEPS:-0}
+CONT_SEED=${CONT_SEED:-$((SEED + 1))}
 if [ "$CONT_STEPS" -gt 0 ]; then
   echo "== 4b/5 second stage: $CONT_STEPS steps on fresh data from step $last"
-  "$PY" tools/train/data.py --out "$OUT/cont" --seed "${CONT_SEED:-$((SEED + 1))}" \
+  "$PY" tools/train/data.py --out "$OUT/cont" --seed "$CONT_SEED" \
     --train "$((CONT_STEPS * 32))" --gen "$GEN"
   "$PY" tools/train/train.py --data "$OUT" --train-file "$OUT/cont/train.jsonl" --init "$ckpt" \
     --out "$OUT/cont/ckpt.pt" --steps "$CONT_STEPS" --batch 32 --lr "${CONT_LR:-1e-3}" --warmup 50 \
-    --wd "$WD" --eval-every 500 --eval-n 150 --seed "${CONT_SEED:-$((SEED + 1))}" --threads "$THREADS" \
+    --wd "$WD" --eval-every 500 --eval-n 150 --seed "$CONT_SEED" --threads "$THREADS" \
     | tee "$OUT/cont/train.log"
   ckpt="$OUT/cont/ckpt.pt.step$CONT_STEPS"
 fi
