@@ -19,10 +19,10 @@
  *   message for the calling thread (like errno, successful calls leave it unchanged). No call
  *   aborts, asserts or lets a C++ exception escape. Failing calls leave their state unchanged:
  *   arguments are checked first (NEEDLE_E_INVALID_ARGUMENT), then buffer sizes
- *   (NEEDLE_E_BUFFER_TOO_SMALL), then room in the sequence (NEEDLE_E_CONTEXT_FULL). One
- *   exception: the token ids of decode and prefill are checked after the room, so that a token
- *   array is never read past what the state could take (a wrong n_tokens such as SIZE_MAX is
- *   CONTEXT_FULL, not a read past the caller's array).
+ *   (NEEDLE_E_BUFFER_TOO_SMALL), then room in the sequence (NEEDLE_E_CONTEXT_FULL). Prefill
+ *   reads the token ids only when all of them fit in the state's room (or there is one), so a
+ *   wrong n_tokens (SIZE_MAX) is CONTEXT_FULL, never a read past the caller's array (a bad id
+ *   in a call that does not fit is not reported as such).
  *
  * Output: the library writes nothing to stdout or stderr, oneTBB included (thread counts are
  *   clamped before oneTBB sees them; only a host that sets TBB_VERSION=1 gets oneTBB's banner).

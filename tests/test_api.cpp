@@ -336,7 +336,7 @@ TEST_CASE("api: model_info equals the fixture manifest header") {
 
 // ---------------------------------------------------------------- decode / prefill arguments
 
-TEST_CASE("api: decode checks arguments, then the buffer, then room; failures change nothing") {
+TEST_CASE("api: decode checks arguments, then the buffer, then room, failures change nothing") {
     for (const std::string name : {"tiny", "odd"}) {
         CAPTURE(name);
         Model m = load(model_path(name));
@@ -373,7 +373,7 @@ TEST_CASE("api: decode checks arguments, then the buffer, then room; failures ch
     }
 }
 
-TEST_CASE("api: prefill checks arguments, then the buffer, then room; failures change nothing") {
+TEST_CASE("api: prefill checks arguments, then the buffer, then room, failures change nothing") {
     Model m = load(model_path("tiny"));
     Model other = load(model_path("odd"));
     const needle_model_info info = info_of(m.get());
@@ -424,8 +424,17 @@ TEST_CASE("api: prefill checks arguments, then the buffer, then room; failures c
                 std::to_string(info.max_seq_len).c_str());
     EXPECT_FAIL(NEEDLE_E_BUFFER_TOO_SMALL, needle_state_prefill(s.get(), b.get(), many.data(), many.size(), lg.data(), 9),
                 "logits");
+    // The ids of a call that does not fit are never read (needle.h, Errors: n_tokens may be a
+    // wrong length), so a bad one there is not what is reported.
     std::vector<uint32_t> many_bad = many;
-    many_bad.back() = uint32_t(V);
+    many_bad[0] = uint32_t(V);
+    EXPECT_FAIL(NEEDLE_E_BUFFER_TOO_SMALL,
+                needle_state_prefill(s.get(), b.get(), many_bad.data(), many_bad.size(), lg.data(), 9), "logits");
+    EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL,
+                needle_state_prefill(s.get(), b.get(), many_bad.data(), many_bad.size(), lg.data(), V),
+                std::to_string(info.max_seq_len).c_str());
+    // A bad id in a call that fits is an argument error, before the buffer.
+    many_bad.resize(5);
     EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT,
                 needle_state_prefill(s.get(), b.get(), many_bad.data(), many_bad.size(), lg.data(), 9), "1024");
     CHECK(same_bits(lg, lg_before));
@@ -495,7 +504,7 @@ TEST_CASE("api: batch and state creation arguments") {
     for (size_t i = 1; i < runs.size(); ++i) CHECK(same_bits(runs[0], runs[i]));
 }
 
-TEST_CASE("api: CONTEXT_FULL at max_seq_len; the state stays valid and resets") {
+TEST_CASE("api: CONTEXT_FULL at max_seq_len, the state stays valid and resets") {
     for (const std::string name : {"tiny", "odd"}) {
         CAPTURE(name);
         Model m = load(model_path(name));

@@ -1,7 +1,6 @@
 // The C ABI shim: translates handles and statuses, validates every argument before anything
 // is mutated, and lets no exception cross the boundary. Engine logic lives in src/model,
 // src/tokenizer and src/generate.
-#include <algorithm>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
@@ -57,28 +56,31 @@ needle_status guarded(F &&f) noexcept {
     }
 }
 
-// Shared rules of decode and prefill, in needle.h's order (Errors): the tokens pointer and the
-// logits buffer, room, then the ids. Room comes before the ids are read: n is the caller's claim
-// of its array's length, and a wrong one (SIZE_MAX) must fail without reading past what the state
-// could take.
+// Shared rules of decode and prefill, in needle.h's order (Errors): arguments (the tokens pointer,
+// the ids), the logits buffer, room. The ids are read only when all n fit in the room (or n is 1): n is the
+// caller's claim of its array's length, and a wrong one (SIZE_MAX) must fail as CONTEXT_FULL
+// without a read past the caller's array.
 needle_status check_feed(const char *fn, const needle_state *s, const uint32_t *tokens, size_t n,
                          const float *logits, size_t logits_len) {
     const needle::ModelInfo &mi = s->model->info();
     if (n > 0 && !tokens) return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: tokens is NULL", fn);
+    const uint32_t limit = s->seq->limit;
+    const bool fits = n <= size_t(limit - s->seq->pos);
+    // One id is always there to read (decode passes its by-value token), so a full state still
+    // reports a bad one first.
+    for (size_t i = 0; (fits || n == 1) && i < n; ++i)
+        if (tokens[i] >= mi.vocab_size)
+            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: token %u at index %zu is >= vocab_size %u",
+                          fn, tokens[i], i, mi.vocab_size);
     if (!logits && logits_len > 0)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: logits is NULL but logits_len is %zu", fn, logits_len);
     if (logits && logits_len < mi.out_vocab)
         return errorf(NEEDLE_E_BUFFER_TOO_SMALL, "%s: logits_len %zu < out_vocab %u (logits rows)", fn, logits_len,
                       mi.out_vocab);
-    const uint32_t limit = s->seq->limit;
-    if (n > size_t(limit - s->seq->pos))
+    if (!fits)
         return errorf(NEEDLE_E_CONTEXT_FULL, "%s: %zu token%s at position %u would pass the state's %s %u",
                       fn, n, needle::plural(n), s->seq->pos, limit < mi.max_seq_len ? "max_tokens" : "max_seq_len",
                       limit);
-    for (size_t i = 0; i < n; ++i)
-        if (tokens[i] >= mi.vocab_size)
-            return errorf(NEEDLE_E_INVALID_ARGUMENT, "%s: token %u at index %zu is >= vocab_size %u",
-                          fn, tokens[i], i, mi.vocab_size);
     return NEEDLE_OK;
 }
 
