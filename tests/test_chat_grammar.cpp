@@ -392,7 +392,7 @@ TEST_CASE("chat grammar: post-decode checks (pattern, format, multipleOf, unique
     CHECK(post_check(*c.g, parse_json(R"([{"name":"g","arguments":{}}])")).find("undeclared") != std::string::npos);
 }
 
-TEST_CASE("chat grammar: pattern repeat counts up to the limit are in the grammar; above it refused by count") {
+TEST_CASE("chat grammar: pattern repeat counts up to the limit are in the grammar, above it refused by count") {
     // kMaxPatternRepeat is a count the automaton holds: ^a{500}$ is enforced byte by byte.
     const std::string s = R"({"type":"string","pattern":"^a{)" + std::to_string(kMaxPatternRepeat) + R"(}$"})";
     const std::string n = std::string(kMaxPatternRepeat, 'a');

@@ -107,7 +107,7 @@ TEST_CASE("chat json: string escapes, surrogates and UTF-8") {
     CHECK(parse_error("\"abc").find("unterminated") != std::string::npos);
 }
 
-TEST_CASE("chat json: objects keep first position, last value; literals; whitespace") {
+TEST_CASE("chat json: objects keep first position, last value, literals, whitespace") {
     CHECK(canon(R"({"a":1,"b":2,"a":3})") == R"({"a":3,"b":2})");
     CHECK(canon(R"({ "z" : [ true , false , null ] , "y" : { } , "x" : [ ] })") ==
           R"({"z":[true,false,null],"y":{},"x":[]})");

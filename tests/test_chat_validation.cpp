@@ -147,7 +147,7 @@ TEST_CASE("chat validation: envelopes through needle_chat_complete") {
               R"(,"validation":{"ungrounded":["start_timer.seconds"],"negation":false}})");
 }
 
-TEST_CASE("chat validation: a struct without the field gets the default; bad values are refused") {
+TEST_CASE("chat validation: a struct without the field gets the default, bad values are refused") {
     needle_chat_params p = with_validation(NEEDLE_VALIDATION_SUPPRESS);
     p.struct_size = uint32_t(offsetof(needle_chat_params, validation));  // an older caller
     Chat old = make_chat(tiny(), kTimer, p);

@@ -165,7 +165,7 @@ TEST_CASE("kernels: fwht and cq_prepare_input match scalar") {
     }
 }
 
-TEST_CASE("kernels: cq_matmul and cq_dequantize_row match scalar; matvec == matmul bitwise") {
+TEST_CASE("kernels: cq_matmul and cq_dequantize_row match scalar, matvec == matmul bitwise") {
     std::mt19937 rng(2);
     for (const KernelTable *k : vector_tables())
         for (const CqCase &c : kCqCases) {
@@ -187,7 +187,7 @@ TEST_CASE("kernels: cq_matmul and cq_dequantize_row match scalar; matvec == matm
 // The rows-in-lanes path (AVX2, AVX-512: the copy made at load) runs positions two at a time
 // and a lone one last: an odd position count and an offset, partial row range give the same
 // bits as one position and one row at a time, and scalar's values within rounding.
-TEST_CASE("kernels: rows-in-lanes cq_matmul (each ISA's copy) matches scalar; matvec == matmul bitwise") {
+TEST_CASE("kernels: rows-in-lanes cq_matmul (each ISA's copy) matches scalar, matvec == matmul bitwise") {
     const std::string initial = needle::kernel_isa();
     int blocked = 0;
     for (const char *isa : {"avx2", "avx512"}) {
@@ -418,7 +418,7 @@ TEST_CASE("kernels: cpu features from the OS (arm64: getauxval)") {
 }
 
 // The large-buffer allocator of the KV rings, workspaces and rows-in-lanes weights.
-TEST_CASE("huge pages: huge_alloc and HugeVector give aligned, usable memory of any size; overflow is bad_alloc") {
+TEST_CASE("huge pages: huge_alloc and HugeVector give aligned, usable memory of any size, overflow is bad_alloc") {
     using needle::huge_alloc, needle::huge_free, needle::HugeVector, needle::HugePageAllocator;
     for (const size_t bytes : {size_t(1), size_t(100), (size_t(2) << 20) - 1, size_t(2) << 20, size_t(5) << 20}) {
         INFO("bytes " << bytes);
