@@ -1,6 +1,7 @@
 // The C ABI shim: translates handles and statuses, validates every argument before anything
 // is mutated, and lets no exception cross the boundary. Engine logic lives in src/model,
 // src/tokenizer and src/generate.
+#include <algorithm>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
@@ -56,10 +57,10 @@ needle_status guarded(F &&f) noexcept {
     }
 }
 
-// Shared rules of decode and prefill, in needle.h's order (Errors): arguments (the tokens pointer,
-// the ids), the logits buffer, room. The ids are read only when all n fit in the room (or n is 1): n is the
-// caller's claim of its array's length, and a wrong one (SIZE_MAX) must fail as CONTEXT_FULL
-// without a read past the caller's array.
+// Shared rules of decode and prefill, in needle.h's order (Errors): arguments (the tokens
+// pointer, the ids), the logits buffer, room. The ids are read only when all n fit in the room
+// (or n is 1): n is the caller's claim of its array's length, and a wrong one (SIZE_MAX) must
+// fail as CONTEXT_FULL without a read past the caller's array.
 needle_status check_feed(const char *fn, const needle_state *s, const uint32_t *tokens, size_t n,
                          const float *logits, size_t logits_len) {
     const needle::ModelInfo &mi = s->model->info();
