@@ -643,7 +643,7 @@ class Chat(_Handle):
     def complete(self, text, max_new_tokens=256):
         """One turn; returns the envelope dict (success False for a failed turn)."""
         raw = _utf8(text)
-        max_new_tokens = _int(max_new_tokens, "max_new_tokens", _U32)
+        max_new_tokens = _int(max_new_tokens, "max_new_tokens", (1, _U32[1]))
         buf = ctypes.create_string_buffer(self.buffer_size)
         n = _size()
         # A too-small buffer raises (the turn ran; it is not re-run): raise buffer_size instead.

@@ -176,6 +176,9 @@ class ModelTest(unittest.TestCase):
         with self.model.new_chat(WEATHER) as chat:
             with self.assertRaisesRegex(ValueError, "max_new_tokens"):
                 chat.complete("Paris?", -1)
+            # the library refuses 0 too: the range says so instead of a NeedleError
+            with self.assertRaisesRegex(ValueError, r"max_new_tokens must be in \[1, 4294967295\], got 0"):
+                chat.complete("Paris?", 0)
 
     def generate(self, **kw):
         with self.model.new_state() as s:
