@@ -29,7 +29,7 @@ from array import array
 
 __all__ = [
     "NeedleError", "Model", "State", "Batch", "ModelInfo", "GenerateResult",
-    "version", "abi_version", "status_string", "ABI_VERSION", "decode_many",
+    "version", "abi_version", "status_string", "ABI_VERSION", "decode_many", "builtin_tools",
 ]
 
 ABI_VERSION = 1  # NEEDLE_ABI_VERSION this module was written against
@@ -117,6 +117,8 @@ _SIGNATURES = {
                                      ctypes.POINTER(_vp)]),
     "needle_model_load_memory": (_st, [ctypes.c_char_p, _size, ctypes.POINTER(_ModelParams),
                                        ctypes.POINTER(_vp)]),
+    "needle_model_load_builtin": (_st, [ctypes.POINTER(_ModelParams), ctypes.POINTER(_vp)]),
+    "needle_builtin_tools_json": (ctypes.c_char_p, []),
     "needle_model_free": (None, [_vp]),
     "needle_model_get_info": (_st, [_vp, ctypes.POINTER(_ModelInfo)]),
     "needle_state_create": (_st, [_vp, ctypes.POINTER(_vp)]),
@@ -282,6 +284,13 @@ def abi_version():
     return lib.needle_abi_version()
 
 
+def builtin_tools():
+    """The JSON tools array the built-in model was trained for (a str for Model.new_chat), or
+    None when this libneedle was built without one."""
+    raw = lib.needle_builtin_tools_json()
+    return None if raw is None else raw.decode("utf-8")
+
+
 def status_string(status):
     """Short description of a status code."""
     return _decode(lib.needle_status_string(status))
@@ -356,12 +365,23 @@ class Model(_Handle):
     @classmethod
     def from_bytes(cls, data, n_threads=0, depth=0):
         """Loads a container from memory (the bytes are copied)."""
+        data = bytes(data)
+        return cls._adopt(lambda p, out: lib.needle_model_load_memory(data, len(data), p, out),
+                          cls._params(True, n_threads, depth))
+
+    @classmethod
+    def builtin(cls, n_threads=0):
+        """The demo model compiled into libneedle (models/README.md), trained for the tools of
+        builtin_tools(). Raises NeedleError E_UNSUPPORTED for a build without one."""
+        return cls._adopt(lib.needle_model_load_builtin, cls._params(True, n_threads))
+
+    @classmethod
+    def _adopt(cls, load, p):
+        """A Model holding the handle that load(params, out) writes to out."""
         self = cls.__new__(cls)
         _Handle.__init__(self, None)
-        data = bytes(data)
-        p = cls._params(True, n_threads, depth)
         out = ctypes.c_void_p()
-        _check(lib.needle_model_load_memory(data, len(data), ctypes.byref(p), ctypes.byref(out)))
+        _check(load(ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
         self.info = self._read_info()
         return self

@@ -3,6 +3,7 @@
 Run from the repository root:  python3 -m unittest discover -s bindings/python/tests
 Fixtures: $NEEDLE_FIXTURES, else ../shared/fixtures relative to the repository root."""
 import ctypes
+import json
 import os
 import shutil
 import struct
@@ -396,6 +397,18 @@ class ChatTest(unittest.TestCase):
             self.assertIn("name", cm.exception.message)
             with self.assertRaises(ValueError):
                 m.new_chat(WEATHER, tool_choice="always")
+
+    @unittest.skipIf(needle.builtin_tools() is None, "libneedle built without its demo model")
+    def test_builtin_model_calls_a_tool(self):
+        tools = needle.builtin_tools()
+        self.assertEqual([t["name"] for t in json.loads(tools)],
+                         ["set_timer", "set_lights", "get_weather", "send_message"])
+        with needle.Model.builtin() as m, m.new_chat(tools) as chat:
+            self.assertTrue(m.info.has_tokenizer)
+            env = chat.complete("Set a timer for 5 minutes")
+            self.assertTrue(env["success"], env)
+            self.assertEqual(env["function_calls"],
+                             [{"name": "set_timer", "arguments": {"seconds": 300}}])
 
 
 if __name__ == "__main__":
