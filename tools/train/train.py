@@ -135,6 +135,9 @@ def main():
                     help="wall-clock budget: the schedule follows max(step/steps, time/budget) "
                          "and training stops at the end of either (0 = steps only; not "
                          "deterministic, for a shared machine)")
+    ap.add_argument("--geometry", default="",
+                    help="override DEMO_GEOMETRY, e.g. d_model=192,num_layers=6 (integers); "
+                         "ignored with --init, whose checkpoint carries its geometry")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -143,11 +146,16 @@ def main():
     train = Examples(args.train_file or os.path.join(args.data, "train.jsonl"), sp, tools_text)
     test = Examples(os.path.join(args.data, "test.jsonl"), sp, tools_text, limit=args.eval_n)
     P = len(train.prefix)
-    g = needle2.Geometry(**dict(DEMO_GEOMETRY, vocab_size=sp.get_piece_size()))
+    geo = dict(DEMO_GEOMETRY, vocab_size=sp.get_piece_size())
+    geo.update({k: int(v) for k, v in (kv.split("=") for kv in args.geometry.split(",") if kv)})
+    init = torch.load(args.init) if args.init else None
+    if init is not None:  # continue from a checkpoint (a fresh optimizer and schedule)
+        geo = init["geometry"]
+    g = needle2.Geometry(**geo)
     model = needle2.Needle2(g)
     model.init_weights(args.seed)
-    if args.init:  # continue from a checkpoint's weights (a fresh optimizer and schedule)
-        model.load_arrays(torch.load(args.init)["arrays"])
+    if init is not None:
+        model.load_arrays(init["arrays"])
     n_params = sum(p.numel() for p in model.parameters())
     print("train %d examples, prefix %d tokens, %d parameters" % (len(train.rows), P, n_params),
           flush=True)

@@ -22,7 +22,8 @@
 # STEPS), TRAIN (training examples, default STEPS x 32), SEED (default 1), GEN (data.py's
 # generator, default compose; noisy = compose.py with noise.py's word noise and composed
 # wrappers, round 5), WD (AdamW weight decay, default 0.01; round 5 tried 0.1),
-# THREADS (torch threads, default 1: on a shared, oversubscribed machine two OpenMP threads ran
+# GEOMETRY (train.py --geometry: key=value pairs over the demo geometry, e.g. num_layers=8;
+# default none), THREADS (torch threads, default 1: on a shared, oversubscribed machine two OpenMP threads ran
 # >4x slower than one), MINUTES (wall-clock budget of the training step, default 53; 0 = steps
 # only, deterministic), PYTHON (Debian's python3). Training runs at the caller's priority; the
 # other steps at nice 10.
@@ -62,7 +63,7 @@ echo "== 4/5 training ($STOP steps of a $STEPS-step cosine)"
 "$PY" tools/train/train.py --data "$OUT" --out "$OUT/ckpt.pt" --steps "$STEPS" --stop "$STOP" \
   --minutes "$MINUTES" \
   --batch 32 --lr 3e-3 --warmup 50 --wd "$WD" --eval-every 200 --eval-n 150 \
-  --seed "$SEED" --threads "$THREADS" | tee "$OUT/train.log"
+  --seed "$SEED" --threads "$THREADS" --geometry "${GEOMETRY:-}" | tee "$OUT/train.log"
 last=$(ls "$OUT"/ckpt.pt.step* | sed 's/.*step//' | sort -n | tail -1)
 ckpt="$OUT/ckpt.pt.step$last"
 CONT_STEPS=${CONT_STEPS:-0}
