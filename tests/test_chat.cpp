@@ -395,18 +395,38 @@ TEST_CASE("chat: run() loop: a call, then the tool results inside <tool_result>,
 
 TEST_CASE("chat: a conversation that reaches max_seq_len fails with context_full until reset") {
     Chat c = make_chat(tiny().get(), "", kWeatherTool, params(NEEDLE_TOOL_CHOICE_REQUIRED));
-    std::string code;
+    std::string code, last_error_text;
     int turns = 0;
     for (; turns < 40 && code != "context_full"; ++turns) {
         const auto env = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Paris? And in Oslo, Rome, Madrid?", 48));
         check_key_order(env);
         code = env["error_code"].is_null() ? "" : env["error_code"].get<std::string>();
+        last_error_text = env["error"].is_null() ? "" : env["error"].get<std::string>();
     }
     CHECK(code == "context_full");
     CHECK(turns > 1);
+    CHECK(last_error_text.find("; call reset") != std::string::npos);
     needle_chat_reset(c.get());
     const auto env = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Paris?", 48));
     CHECK(env["error_code"] != "context_full");
+}
+
+TEST_CASE("chat: a first query too long for max_seq_len says so, not 'call reset'") {
+    Chat c = make_chat(tiny().get(), "", kWeatherTool, params(NEEDLE_TOOL_CHOICE_REQUIRED));
+    std::string query;
+    while (query.size() < 20000) query += "Weather in Paris? ";
+    const auto env = nlohmann::ordered_json::parse(complete_text(c.get(), query.c_str(), 48));
+    check_key_order(env);
+    INFO(env.dump());
+    CHECK(env["success"] == false);
+    CHECK(env["error_code"] == "context_full");
+    const std::string error = env["error"].get<std::string>();
+    CHECK(error.find("the query is too long for this model and tools") != std::string::npos);
+    CHECK(error.find("call reset") == std::string::npos);
+    // The chat is unharmed: a short query still runs.
+    const auto next = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Paris?", 48));
+    INFO(next.dump());
+    CHECK(next["error_code"] != "context_full");
 }
 
 TEST_CASE("chat: reset restores the static prefix from its copy (no prefill) and replays the turn") {

@@ -205,9 +205,12 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
     const size_t restored = (rewound && !have_snapshot_ ? prefix_ids_.size() : 0) + replayed;  // run this turn
     const size_t base = rewound ? prefix_ids_.size() + replayed : seq_->pos;
     if (base + feed_ids_.size() + 1 > Tmax) {  // room for the turn and one token
+        // On a new conversation a reset frees nothing: the query itself is too long.
         set_failure(e, "context_full",
-                    strf("context full: the turn of %zu tokens at position %zu does not fit max_seq_len %u; "
-                         "call reset", feed_ids_.size(), base, Tmax));
+                    strf("context full: the turn of %zu tokens at position %zu does not fit max_seq_len %u; %s",
+                         feed_ids_.size(), base, Tmax,
+                         turns_ == 0 ? "the query is too long for this model and tools (a reset frees nothing)"
+                                     : "call reset"));
         return write_envelope(e);
     }
     auto t0 = std::chrono::steady_clock::now();
