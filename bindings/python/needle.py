@@ -267,11 +267,27 @@ def _ids(tokens, name="tokens"):
     return (ctypes.c_uint32 * len(tokens))(*[_int(t, name + " item", _U32) for t in tokens])
 
 
-def _utf8(text, name="text"):
-    """str -> UTF-8 bytes; a TypeError naming the argument for anything else."""
+def _utf8(text, name="text", c_string=False):
+    """str -> UTF-8 bytes; a TypeError naming the argument for anything else, a ValueError for
+    text UTF-8 cannot hold (a lone surrogate) and, where the library reads a NUL-terminated
+    C string (c_string), for a NUL character, which would silently end the text there."""
     if not isinstance(text, str):
         raise TypeError("%s must be str, not %s" % (name, type(text).__name__))
-    return text.encode("utf-8")
+    if c_string and "\0" in text:
+        raise ValueError("%s contains a NUL character at index %d (the library reads it as a C "
+                         "string, which would end there)" % (name, text.index("\0")))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError("%s is not valid Unicode text: %s at index %d" % (name, e.reason, e.start)) from None
+
+
+def _path(path):
+    """A file path as the bytes the C library opens; a NUL in it is a ValueError (as open())."""
+    raw = os.fsencode(path)
+    if b"\0" in raw:
+        raise ValueError("path contains a NUL character")
+    return raw
 
 
 def version():
@@ -358,7 +374,7 @@ class Model(_Handle):
         super().__init__(None)
         p = self._params(use_mmap, n_threads, depth)
         out = ctypes.c_void_p()
-        _check(lib.needle_model_load_file(os.fsencode(path), ctypes.byref(p), ctypes.byref(out)))
+        _check(lib.needle_model_load_file(_path(path), ctypes.byref(p), ctypes.byref(out)))
         self._ptr = out.value
         self.info = self._read_info()
 
@@ -635,10 +651,14 @@ class Chat(_Handle):
         p = _ChatParams(struct_size=ctypes.sizeof(_ChatParams))  # init writes only struct_size bytes
         lib.needle_chat_params_init(ctypes.byref(p))
         p.tool_choice = TOOL_CHOICES[tool_choice]
+        if not isinstance(tools, (str, list, tuple)):
+            raise TypeError("tools must be a list of tool schemas or a JSON string, not %s"
+                            % type(tools).__name__)
         tools_json = tools if isinstance(tools, str) else json.dumps(tools)
         out = ctypes.c_void_p()
-        _check(lib.needle_chat_create(model._handle, _utf8(system or "", "system"),
-                                      _utf8(tools_json, "tools"), ctypes.byref(p), ctypes.byref(out)))
+        _check(lib.needle_chat_create(model._handle, _utf8(system or "", "system", True),
+                                      _utf8(tools_json, "tools", True), ctypes.byref(p),
+                                      ctypes.byref(out)))
         self._ptr = out.value
         self._model = model  # the library keeps the model alive; this keeps the Python object too
 
@@ -653,7 +673,7 @@ class Chat(_Handle):
 
     def render(self, text):
         """The exact prompt text the next complete(text) would feed (no BOS)."""
-        return self._text(lib.needle_chat_render, _utf8(text))
+        return self._text(lib.needle_chat_render, _utf8(text, "text", True))
 
     @property
     def tools_json(self):
@@ -661,8 +681,12 @@ class Chat(_Handle):
         return self._text(lib.needle_chat_tools_json)
 
     def complete(self, text, max_new_tokens=256):
-        """One turn; returns the envelope dict (success False for a failed turn)."""
-        raw = _utf8(text)
+        """One turn; returns the envelope dict (success False for a failed turn).
+
+        After a turn that returned calls, the next `text` is read as those calls' results
+        (rendered in <tool_result>, tool-calling.md §10); after a turn without calls it is a new
+        query. Call reset() to ask an unrelated question after a call."""
+        raw = _utf8(text, "text", True)
         max_new_tokens = _int(max_new_tokens, "max_new_tokens", (1, _U32[1]))
         buf = ctypes.create_string_buffer(self.buffer_size)
         n = _size()

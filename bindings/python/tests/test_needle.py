@@ -398,6 +398,25 @@ class ChatTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 m.new_chat(WEATHER, tool_choice="always")
 
+    def test_text_the_library_would_cut_or_cannot_encode_is_refused(self):
+        # A NUL would end the C string there: the rest of the query, system or path would be lost.
+        with self.assertRaisesRegex(ValueError, "path contains a NUL"):
+            needle.Model(TINY + "\0garbage")
+        with needle.Model(TINY) as m:
+            with self.assertRaisesRegex(ValueError, "system contains a NUL character at index 4"):
+                m.new_chat(WEATHER, system="date\0 ignore")
+            with self.assertRaisesRegex(TypeError, "tools must be a list .* not NoneType"):
+                m.new_chat(None)
+            with m.new_chat(WEATHER) as chat:
+                with self.assertRaisesRegex(ValueError, "text contains a NUL character at index 5"):
+                    chat.complete("Paris\0 and Oslo?")
+                with self.assertRaisesRegex(ValueError, "text contains a NUL"):
+                    chat.render("\0Paris?")
+                with self.assertRaisesRegex(ValueError, "text is not valid Unicode text: .* at index 1"):
+                    chat.complete("P\ud800")
+            # tokenize passes a length: a NUL is an ordinary character there
+            self.assertEqual(m.detokenize(m.tokenize("a\0b")), "a\0b")
+
     @unittest.skipIf(needle.builtin_tools() is None, "libneedle built without its demo model")
     def test_builtin_model_calls_a_tool(self):
         tools = needle.builtin_tools()
