@@ -136,6 +136,21 @@ pub fn abi_version() -> u32 {
     unsafe { sys::needle_abi_version() }
 }
 
+/// The JSON array of tool schemas the built-in model ([`Model::builtin`]) was trained for
+/// (`needle_builtin_tools_json`, models/needle-demo.tools.json), ready for [`Chat::new`]; an owned
+/// copy of the library's static text. `None` when the library was built without its demo model
+/// (CMake option `NEEDLE_BUILTIN_MODEL=OFF`) or implements another ABI ([`check_abi`] runs first,
+/// as before a load): exactly when [`Model::builtin`] fails with [`Status::Unsupported`].
+pub fn builtin_tools() -> Option<String> {
+    check_abi().ok()?;
+    let p = unsafe { sys::needle_builtin_tools_json() };
+    if p.is_null() {
+        None
+    } else {
+        Some(unsafe { text(p) })
+    }
+}
+
 /// Checks that the loaded library implements [`sys::NEEDLE_ABI_VERSION`] (done once, before the
 /// first load; callable directly).
 pub fn check_abi() -> Result<()> {
@@ -290,6 +305,21 @@ impl Model {
         let params = options.raw()?;
         let mut out = ptr::null_mut();
         check(unsafe { sys::needle_model_load_memory(data.as_ptr() as *const c_void, data.len(), &params, &mut out) })?;
+        Model::wrap(out)
+    }
+
+    /// Loads the demo model compiled into libneedle (`needle_model_load_builtin`; model card
+    /// models/README.md): a small Needle 2 trained to call the tools of [`builtin_tools`].
+    /// `options` as for [`Model::from_bytes`] (`use_mmap` is ignored; `n_threads` is validated the
+    /// same way; `depth` must be 0 for this Needle 2 model). The returned `Model` owns its handle
+    /// (freed on drop). Errors: [`Status::Unsupported`] when the library was built without the
+    /// demo model (then [`builtin_tools`] is `None`), [`Status::InvalidArgument`] for bad options,
+    /// [`Status::NoMemory`].
+    pub fn builtin(options: &LoadOptions) -> Result<Model> {
+        check_abi()?;
+        let params = options.raw()?;
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::needle_model_load_builtin(&params, &mut out) })?;
         Model::wrap(out)
     }
 

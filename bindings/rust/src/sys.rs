@@ -144,6 +144,10 @@ extern "C" {
         p: *const needle_model_params,
         out: *mut *mut needle_model,
     ) -> needle_status;
+    /// UNSUPPORTED when the library was built without its demo model.
+    pub fn needle_model_load_builtin(p: *const needle_model_params, out: *mut *mut needle_model) -> needle_status;
+    /// Static text, or NULL when the library was built without its demo model.
+    pub fn needle_builtin_tools_json() -> *const c_char;
     pub fn needle_model_free(model: *mut needle_model);
     pub fn needle_model_get_info(model: *const needle_model, info: *mut needle_model_info) -> needle_status;
 

@@ -73,3 +73,40 @@ fn chat_required_call_then_reset() {
     assert_eq!(e.status, Status::InvalidArgument);
     assert!(e.message.contains("name"), "{}", e.message);
 }
+
+/// The top-level "name" values of a tools array, in order (no JSON dependency: the crate has none).
+fn tool_names(tools: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = tools;
+    while let Some(at) = rest.find("\"name\"") {
+        rest = rest[at + 6..].trim_start();
+        rest = rest.strip_prefix(':').expect("':' after \"name\"").trim_start();
+        rest = rest.strip_prefix('"').expect("a string name");
+        let end = rest.find('"').expect("closing quote");
+        names.push(rest[..end].to_owned());
+        rest = &rest[end + 1..];
+    }
+    names
+}
+
+#[test]
+fn builtin_model_calls_a_tool() {
+    let Some(tools) = needle::builtin_tools() else {
+        // Library built with NEEDLE_BUILTIN_MODEL=OFF: the loader must say so.
+        let e = Model::builtin(&Default::default()).unwrap_err();
+        assert_eq!(e.status, Status::Unsupported);
+        eprintln!("skipped: libneedle built without its demo model");
+        return;
+    };
+    assert_eq!(tool_names(&tools), ["set_timer", "set_lights", "get_weather", "send_message"]);
+    let e = Model::builtin(&needle::LoadOptions { n_threads: u32::MAX, ..Default::default() }).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    let m = Model::builtin(&needle::LoadOptions { n_threads: 1, ..Default::default() }).unwrap();
+    assert!(m.info().has_tokenizer);
+    assert_eq!((m.info().format_version, m.info().n_threads), (2, 1));
+    let mut chat = Chat::new(&m, "", &tools, &ChatParams::default()).unwrap();
+    let env = chat.complete("Set a timer for 5 minutes", 256).unwrap();
+    assert_key_order(&env);
+    assert!(env.contains(r#""success":true"#), "{}", env);
+    assert!(env.contains(r#""function_calls":[{"name":"set_timer","arguments":{"seconds":300}}]"#), "{}", env);
+}
