@@ -2,6 +2,7 @@ package needle
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -89,4 +90,54 @@ func TestChatRequiredCallThenReset(t *testing.T) {
 	}
 	_, err = m.NewChat("", `[{"name": 3}]`, p)
 	wantStatus(t, err, ErrInvalidArgument)
+}
+
+func TestBuiltinModelCallsATool(t *testing.T) {
+	tools, ok := BuiltinTools()
+	if !ok {
+		// Library built with NEEDLE_BUILTIN_MODEL=OFF: the loader must say so.
+		_, err := LoadBuiltin(LoadOptions{})
+		wantStatus(t, err, ErrUnsupported)
+		t.Skip("libneedle built without its demo model")
+	}
+	var schemas []struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal([]byte(tools), &schemas); err != nil {
+		t.Fatalf("builtin tools %q: %v", tools, err)
+	}
+	var names []string
+	for _, s := range schemas {
+		names = append(names, s.Name)
+	}
+	if want := []string{"set_timer", "set_lights", "get_weather", "send_message"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("builtin tool names %q, want %q", names, want)
+	}
+	_, err := LoadBuiltin(LoadOptions{NThreads: -1})
+	wantStatus(t, err, ErrInvalidArgument)
+	m, err := LoadBuiltin(LoadOptions{NThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if i := m.Info(); !i.HasTokenizer || i.FormatVersion != 2 || i.NThreads != 1 {
+		t.Fatalf("info %+v", i)
+	}
+	c, err := m.NewChat("", tools, DefaultChatParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	env, err := c.Complete("Set a timer for 5 minutes", 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := strings.Join(keysInOrder(t, env.Raw), ","); k != strings.Join(envelopeKeys, ",") {
+		t.Fatalf("keys %s", k)
+	}
+	want := []FunctionCall{{Name: "set_timer", Arguments: map[string]interface{}{"seconds": float64(300)}}}
+	if !env.Success || env.Type != "call" || !reflect.DeepEqual(env.FunctionCalls, want) ||
+		!strings.Contains(env.Raw, `"function_calls":[{"name":"set_timer","arguments":{"seconds":300}}]`) {
+		t.Fatalf("envelope %s", env.Raw)
+	}
 }

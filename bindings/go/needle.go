@@ -185,6 +185,38 @@ func LoadMemory(data []byte, o LoadOptions) (*Model, error) {
 	return newModel(out, &info, eb.check(st))
 }
 
+// LoadBuiltin loads the demo model compiled into libneedle (needle_model_load_builtin; model card
+// models/README.md): a small Needle 2 trained to call the tools of BuiltinTools. Options as for
+// LoadMemory (NoMmap is ignored; Depth must be 0 for this Needle 2 model). The caller owns the
+// returned Model (Close it; a finalizer is the safety net). Errors are *Error: ErrUnsupported when
+// the library was built without the demo model (BuiltinTools then reports ok == false),
+// ErrInvalidArgument for bad options, ErrNoMemory; or the load-time ABI check's error.
+func LoadBuiltin(o LoadOptions) (*Model, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	var eb errBuf
+	var out *C.needle_model
+	var info C.needle_model_info
+	st := C.ngo_model_load_builtin(C.int32_t(o.NThreads), C.uint32_t(o.Depth), &out, &info, eb.ptr(), eb.size())
+	return newModel(out, &info, eb.check(st))
+}
+
+// BuiltinTools returns the JSON array of tool schemas the built-in model (LoadBuiltin) was trained
+// for (needle_builtin_tools_json, models/needle-demo.tools.json), ready for Model.NewChat; a Go copy
+// of the library's static text. ok is false, and tools "", when the library was built without its
+// demo model or failed the load-time ABI check: exactly when LoadBuiltin fails with ErrUnsupported.
+func BuiltinTools() (tools string, ok bool) {
+	if abiErr != nil {
+		return "", false
+	}
+	p := C.needle_builtin_tools_json()
+	if p == nil {
+		return "", false
+	}
+	return C.GoString(p), true
+}
+
 func newModel(ptr *C.needle_model, i *C.needle_model_info, err error) (*Model, error) {
 	if err != nil {
 		return nil, err

@@ -54,6 +54,16 @@ needle_status ngo_model_load_memory(const void *data, size_t size, int32_t n_thr
     return with_info(needle_model_load_memory(data, size, &p, out), out, info, err, cap);
 }
 
+needle_status ngo_model_load_builtin(int32_t n_threads, uint32_t depth, needle_model **out,
+                                     needle_model_info *info, char *err, size_t cap) {
+    needle_model_params p;
+    p.struct_size = sizeof p;
+    needle_model_params_init(&p);
+    p.n_threads = n_threads;
+    p.depth = depth;
+    return with_info(needle_model_load_builtin(&p, out), out, info, err, cap);
+}
+
 needle_status ngo_state_create(needle_model *m, int32_t kv_window, int32_t kv_type, uint32_t max_tokens,
                                needle_state **out, char *err, size_t cap) {
     needle_state_params p;

@@ -12,6 +12,9 @@ needle_status ngo_model_load_file(const char *path, int32_t use_mmap, int32_t n_
                                   uint32_t depth, needle_model **out, needle_model_info *info, char *err, size_t cap);
 needle_status ngo_model_load_memory(const void *data, size_t size, int32_t n_threads,
                                     uint32_t depth, needle_model **out, needle_model_info *info, char *err, size_t cap);
+/* the demo model compiled into libneedle (UNSUPPORTED in a build without it) */
+needle_status ngo_model_load_builtin(int32_t n_threads, uint32_t depth, needle_model **out,
+                                     needle_model_info *info, char *err, size_t cap);
 needle_status ngo_state_create(needle_model *m, int32_t kv_window, int32_t kv_type, uint32_t max_tokens,
                                needle_state **out, char *err, size_t cap);
 needle_status ngo_batch_create(needle_model *m, uint32_t capacity, needle_batch **out, char *err,
