@@ -134,6 +134,8 @@ namespace Needle
         [DllImport(Lib)] public static extern void needle_model_params_init(ref ModelParams p);
         [DllImport(Lib)] public static extern int needle_model_load_file(byte[] path, ref ModelParams p, out ModelHandle model);
         [DllImport(Lib)] public static extern int needle_model_load_memory(byte[] data, UIntPtr size, ref ModelParams p, out ModelHandle model);
+        [DllImport(Lib)] public static extern int needle_model_load_builtin(ref ModelParams p, out ModelHandle model);
+        [DllImport(Lib)] public static extern IntPtr needle_builtin_tools_json(); // static text or NULL
         [DllImport(Lib)] public static extern void needle_model_free(IntPtr model);
         [DllImport(Lib)] public static extern int needle_model_get_info(ModelHandle model, ref ModelInfo info);
 
@@ -200,6 +202,22 @@ namespace Needle
 
         public static string Version { get { EnsureAbi(); return NativeMethods.Utf8(NativeMethods.needle_version_string()); } }
         public static uint AbiVersion { get { EnsureAbi(); return NativeMethods.needle_abi_version(); } }
+
+        /// <summary>The JSON array of tool schemas the built-in model (Model.Builtin) was trained for
+        /// (needle_builtin_tools_json, models/needle-demo.tools.json), ready for new Chat(model, "",
+        /// toolsJson); a managed copy of the library's static text. null when the library was built
+        /// without its demo model (CMake NEEDLE_BUILTIN_MODEL=OFF), exactly when Model.Builtin throws
+        /// Unsupported. Like Version, throws NeedleException(Unsupported) if the library fails the ABI
+        /// check.</summary>
+        public static string BuiltinToolsJson
+        {
+            get
+            {
+                EnsureAbi();
+                IntPtr p = NativeMethods.needle_builtin_tools_json();
+                return p == IntPtr.Zero ? null : NativeMethods.Utf8(p);
+            }
+        }
 
         /// <summary>Throws NeedleException(Unsupported) unless the library implements `expected`
         /// (also when it has no needle_check_abi at all).</summary>
@@ -299,8 +317,27 @@ namespace Needle
             Info = Load(st);
         }
 
+        // The built-in demo model (see Builtin).
+        Model(int threads)
+        {
+            Library.EnsureAbi();
+            var p = Params(true, threads, 0);
+            ModelHandle h;
+            int st = NativeMethods.needle_model_load_builtin(ref p, out h);
+            Handle = h;
+            Info = Load(st);
+        }
+
         /// <summary>Loads a container from memory (the bytes are copied).</summary>
         public static Model FromBytes(byte[] data, int threads = 0, uint depth = 0) => new Model(data, threads, depth);
+
+        /// <summary>Loads the demo model compiled into libneedle (needle_model_load_builtin; model card
+        /// models/README.md): a small Needle 2 trained to call the tools of Library.BuiltinToolsJson.
+        /// threads as for the constructor (0 = all cores; negative: InvalidArgument). The caller owns
+        /// the Model: Dispose it (its SafeHandle frees a forgotten one). Throws NeedleException:
+        /// Unsupported when the library was built without the demo model (BuiltinToolsJson is then
+        /// null) or fails the ABI check, InvalidArgument, NoMemory.</summary>
+        public static Model Builtin(int threads = 0) => new Model(threads);
 
         static NativeMethods.ModelParams Params(bool useMmap, int threads, uint depth)
         {

@@ -8,6 +8,7 @@ using System.IO;
 using System.Linq;
 using System.Reflection;
 using System.Runtime.InteropServices;
+using System.Text.RegularExpressions;
 using Needle;
 
 static class Tests
@@ -396,6 +397,36 @@ static class Tests
                 Assert(shortEnv.Contains("\"success\":false") && shortEnv.Contains("\"error_code\":\"truncated\""), shortEnv);
                 var e = Throws(Status.InvalidArgument, () => new Chat(m, "", "[{\"name\": 3}]"));
                 Assert(e.Message.Contains("name"), e.Message);
+            }
+        }),
+        Case("builtin model: its four tools, and a timer query calls set_timer {seconds: 300}", () =>
+        {
+            string tools = Library.BuiltinToolsJson;
+            if (tools == null)
+            {
+                // Library built with NEEDLE_BUILTIN_MODEL=OFF: the loader must say so.
+                Throws(Status.Unsupported, () => Model.Builtin());
+                Console.WriteLine("skip builtin model: libneedle built without its demo model");
+                return;
+            }
+            var names = Regex.Matches(tools, "\"name\"\\s*:\\s*\"([^\"]*)\"").Cast<Match>().Select(x => x.Groups[1].Value).ToArray();
+            Assert(names.SequenceEqual(new[] { "set_timer", "set_lights", "get_weather", "send_message" }),
+                   "builtin tool names: " + string.Join(",", names));
+            Throws(Status.InvalidArgument, () => Model.Builtin(threads: -1));
+            using (var m = Model.Builtin(threads: 1))
+            using (var chat = new Chat(m, "", tools))
+            {
+                Assert(m.Info.HasTokenizer && m.Info.FormatVersion == 2 && m.Info.NThreads == 1, "builtin info");
+                string env = chat.Complete("Set a timer for 5 minutes", 256);
+                int last = 0;
+                foreach (var k in EnvelopeKeys)
+                {
+                    int at = env.IndexOf("\"" + k + "\":", StringComparison.Ordinal);
+                    Assert(at >= last, $"key {k} missing or out of order in {env}");
+                    last = at;
+                }
+                Assert(env.StartsWith("{\"type\":\"call\",\"success\":true,", StringComparison.Ordinal), env);
+                Assert(env.Contains("\"function_calls\":[{\"name\":\"set_timer\",\"arguments\":{\"seconds\":300}}]"), env);
             }
         }),
         // ---------------------------------------------------------- Needle 3 (issue 8)
