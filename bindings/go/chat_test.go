@@ -3,6 +3,7 @@ package needle
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -115,6 +116,11 @@ func TestBuiltinModelCallsATool(t *testing.T) {
 	}
 	_, err := LoadBuiltin(LoadOptions{NThreads: -1})
 	wantStatus(t, err, ErrInvalidArgument)
+	if strconv.IntSize == 64 {
+		big := int64(1)<<32 + 1 // wrapped to 1 thread before LoadOptions.nThreads checked the range
+		_, err = LoadBuiltin(LoadOptions{NThreads: int(big)})
+		wantStatus(t, err, ErrInvalidArgument)
+	}
 	m, err := LoadBuiltin(LoadOptions{NThreads: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"unsafe"
 )
@@ -125,6 +126,16 @@ type LoadOptions struct {
 	Depth uint32
 }
 
+// nThreads is o.NThreads as needle_model_params.n_threads (int32_t). A count outside int32 is an
+// ErrInvalidArgument here: the C conversion would wrap it silently (1<<32 + 1 became 1). A negative
+// count is left to the library, which refuses it.
+func (o LoadOptions) nThreads() (C.int32_t, error) {
+	if int64(o.NThreads) < math.MinInt32 || int64(o.NThreads) > math.MaxInt32 {
+		return 0, &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf("n_threads %d does not fit in int32", o.NThreads)}
+	}
+	return C.int32_t(o.NThreads), nil
+}
+
 // ModelInfo is the geometry and special ids of a model.
 type ModelInfo struct {
 	FormatVersion, VocabSize, DModel, NumLayers, NumHeads, NumKVHeads uint32
@@ -155,6 +166,10 @@ func LoadWithOptions(path string, o LoadOptions) (*Model, error) {
 	if abiErr != nil {
 		return nil, abiErr
 	}
+	nThreads, err := o.nThreads()
+	if err != nil {
+		return nil, err
+	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	mmap := C.int32_t(1)
@@ -164,7 +179,7 @@ func LoadWithOptions(path string, o LoadOptions) (*Model, error) {
 	var eb errBuf
 	var out *C.needle_model
 	var info C.needle_model_info
-	st := C.ngo_model_load_file(cpath, mmap, C.int32_t(o.NThreads), C.uint32_t(o.Depth), &out, &info, eb.ptr(), eb.size())
+	st := C.ngo_model_load_file(cpath, mmap, nThreads, C.uint32_t(o.Depth), &out, &info, eb.ptr(), eb.size())
 	return newModel(out, &info, eb.check(st))
 }
 
@@ -173,6 +188,10 @@ func LoadMemory(data []byte, o LoadOptions) (*Model, error) {
 	if abiErr != nil {
 		return nil, abiErr
 	}
+	nThreads, err := o.nThreads()
+	if err != nil {
+		return nil, err
+	}
 	var p unsafe.Pointer
 	if len(data) > 0 {
 		p = unsafe.Pointer(&data[0])
@@ -180,7 +199,7 @@ func LoadMemory(data []byte, o LoadOptions) (*Model, error) {
 	var eb errBuf
 	var out *C.needle_model
 	var info C.needle_model_info
-	st := C.ngo_model_load_memory(p, C.size_t(len(data)), C.int32_t(o.NThreads), C.uint32_t(o.Depth), &out, &info,
+	st := C.ngo_model_load_memory(p, C.size_t(len(data)), nThreads, C.uint32_t(o.Depth), &out, &info,
 		eb.ptr(), eb.size())
 	return newModel(out, &info, eb.check(st))
 }
@@ -195,10 +214,14 @@ func LoadBuiltin(o LoadOptions) (*Model, error) {
 	if abiErr != nil {
 		return nil, abiErr
 	}
+	nThreads, err := o.nThreads()
+	if err != nil {
+		return nil, err
+	}
 	var eb errBuf
 	var out *C.needle_model
 	var info C.needle_model_info
-	st := C.ngo_model_load_builtin(C.int32_t(o.NThreads), C.uint32_t(o.Depth), &out, &info, eb.ptr(), eb.size())
+	st := C.ngo_model_load_builtin(nThreads, C.uint32_t(o.Depth), &out, &info, eb.ptr(), eb.size())
 	return newModel(out, &info, eb.check(st))
 }
 

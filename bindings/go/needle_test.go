@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -67,6 +68,13 @@ func TestLoadFailures(t *testing.T) {
 	}
 	_, err = LoadMemory([]byte("garbage"), LoadOptions{})
 	wantStatus(t, err, ErrFormat)
+	if strconv.IntSize == 64 {
+		big := int64(1)<<32 + 1 // out of int32: refused, not wrapped to 1
+		_, err = LoadWithOptions(filepath.Join(fixtures(), "v2", "models", "tiny.cact"), LoadOptions{NThreads: int(big)})
+		wantStatus(t, err, ErrInvalidArgument)
+		_, err = LoadMemory([]byte("garbage"), LoadOptions{NThreads: 2 - int(big)}) // 1 - 1<<32: wrapped to 1
+		wantStatus(t, err, ErrInvalidArgument)
+	}
 }
 
 func TestABIGuard(t *testing.T) {
