@@ -378,13 +378,7 @@ static class Tests
             using (var chat = new Chat(m, "", Weather, new ChatOptions { ToolChoice = ToolChoice.Required }))
             {
                 string env = chat.Complete("What's the weather in Paris?", 64);
-                int last = 0;
-                foreach (var k in EnvelopeKeys)
-                {
-                    int at = env.IndexOf("\"" + k + "\":", StringComparison.Ordinal);
-                    Assert(at >= last, $"key {k} missing or out of order in {env}");
-                    last = at;
-                }
+                AssertKeyOrder(env);
                 Assert(env.StartsWith("{\"type\":\"call\",\"success\":true,\"error\":null,\"error_code\":null,", StringComparison.Ordinal), env);
                 string paris = "\"function_calls\":[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]";
                 string oslo = paris.Replace("Paris", "Oslo");
@@ -418,13 +412,7 @@ static class Tests
             {
                 Assert(m.Info.HasTokenizer && m.Info.FormatVersion == 2 && m.Info.NThreads == 1, "builtin info");
                 string env = chat.Complete("Set a timer for 5 minutes", 256);
-                int last = 0;
-                foreach (var k in EnvelopeKeys)
-                {
-                    int at = env.IndexOf("\"" + k + "\":", StringComparison.Ordinal);
-                    Assert(at >= last, $"key {k} missing or out of order in {env}");
-                    last = at;
-                }
+                AssertKeyOrder(env);
                 Assert(env.StartsWith("{\"type\":\"call\",\"success\":true,", StringComparison.Ordinal), env);
                 Assert(env.Contains("\"function_calls\":[{\"name\":\"set_timer\",\"arguments\":{\"seconds\":300}}]"), env);
             }
@@ -480,6 +468,18 @@ static class Tests
         }
         using (var d2 = new Model(path, depth: 2)) Assert(d2.Info.NumLayers == 2, "depth 2 runs 2 layers");
         Throws(Status.InvalidArgument, () => new Model(path, depth: 1));
+    }
+
+    // Every top-level key of an envelope present, in the documented order.
+    static void AssertKeyOrder(string env)
+    {
+        int last = 0;
+        foreach (var k in EnvelopeKeys)
+        {
+            int at = env.IndexOf("\"" + k + "\":", StringComparison.Ordinal);
+            Assert(at >= last, $"key {k} missing or out of order in {env}");
+            last = at;
+        }
     }
 
     static KeyValuePair<string, Action> Case(string name, Action a) => new KeyValuePair<string, Action>(name, a);

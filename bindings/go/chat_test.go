@@ -37,6 +37,20 @@ func keysInOrder(t *testing.T, raw string) []string {
 	return keys
 }
 
+// completeTurn runs one Complete on c and checks that it succeeded with the envelope's keys in
+// the documented order.
+func completeTurn(t *testing.T, c *Chat, text string, maxNewTokens uint32) *Envelope {
+	t.Helper()
+	env, err := c.Complete(text, maxNewTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := strings.Join(keysInOrder(t, env.Raw), ","); k != strings.Join(envelopeKeys, ",") {
+		t.Fatalf("keys %s", k)
+	}
+	return env
+}
+
 func TestChatRender(t *testing.T) {
 	m := tiny(t)
 	c, err := m.NewChat("date: 2026-07-21", weatherTools, DefaultChatParams())
@@ -65,13 +79,7 @@ func TestChatRequiredCallThenReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	env, err := c.Complete("What's the weather in Paris?", 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k := strings.Join(keysInOrder(t, env.Raw), ","); k != strings.Join(envelopeKeys, ",") {
-		t.Fatalf("keys %s", k)
-	}
+	env := completeTurn(t, c, "What's the weather in Paris?", 64)
 	if !env.Success || env.Type != "call" || env.ErrorCode != nil || len(env.FunctionCalls) != 1 {
 		t.Fatalf("envelope %s", env.Raw)
 	}
@@ -134,13 +142,7 @@ func TestBuiltinModelCallsATool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	env, err := c.Complete("Set a timer for 5 minutes", 256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k := strings.Join(keysInOrder(t, env.Raw), ","); k != strings.Join(envelopeKeys, ",") {
-		t.Fatalf("keys %s", k)
-	}
+	env := completeTurn(t, c, "Set a timer for 5 minutes", 256)
 	want := []FunctionCall{{Name: "set_timer", Arguments: map[string]interface{}{"seconds": float64(300)}}}
 	if !env.Success || env.Type != "call" || !reflect.DeepEqual(env.FunctionCalls, want) ||
 		!strings.Contains(env.Raw, `"function_calls":[{"name":"set_timer","arguments":{"seconds":300}}]`) {
