@@ -172,7 +172,12 @@ fn out_buf(buf: &mut [f32]) -> (*mut f32, usize) {
 /// state gets the bits its own [`State::decode`] would give. `logits` is empty (skip the LM
 /// head) or holds one buffer per state, all of one length (>= out_vocab floats). At most
 /// `batch.capacity()` states. Validated up front: an error changes no state.
-pub fn decode_many(states: &mut [&mut State], tokens: &[u32], logits: &mut [&mut [f32]], batch: &mut Batch) -> Result<()> {
+pub fn decode_many(
+    states: &mut [&mut State],
+    tokens: &[u32],
+    logits: &mut [&mut [f32]],
+    batch: &mut Batch,
+) -> Result<()> {
     if tokens.len() != states.len() || (!logits.is_empty() && logits.len() != states.len()) {
         return Err(Error {
             status: Status::InvalidArgument,
