@@ -173,7 +173,11 @@ int main(int argc, char **argv) {
         if (!tools_path) tools_path = NEEDLE_DEMO_TOOLS;
         st = needle_model_load_file(model_path, &mp, &model);
     }
-    if (st != NEEDLE_OK) return fail(model_path ? model_path : "built-in model", st);
+    if (st != NEEDLE_OK) {
+        /* the library's message names the path when it could not open it: say it once */
+        const int named = model_path && strstr(needle_last_error(), model_path) != NULL;
+        return fail(!model_path ? "built-in model" : named ? "load" : model_path, st);
+    }
     if (tools_path || tools_text) {
         const int rc = run_chat(model, tools_path, tools_text, system, tool_choice,
                                 max_set ? gp.max_tokens : 256, prompt);

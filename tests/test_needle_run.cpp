@@ -115,6 +115,25 @@ TEST_CASE("needle-run: output that cannot be written and an endless --tools file
     CHECK(zero.output.find("more than 64 MiB") != std::string::npos);
 }
 
+TEST_CASE("needle-run: a model file that cannot be opened is named once; a damaged one is named") {
+    // The library's message already names a path it cannot open; needle-run named it again.
+    const Run missing = needle_run({"--model", "/nonexistent-dir/m.cact", "hi"});
+    CHECK(missing.status == 1);
+    CHECK(missing.output ==
+          "needle-run: load: cannot open '/nonexistent-dir/m.cact': No such file or directory (i/o error)\n");
+    // A damaged file: the library's message does not carry the path, needle-run adds it.
+    char path[] = "/tmp/needle-run-damaged.XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, "garbage!", 8) == 8);
+    close(fd);
+    const Run damaged = needle_run({"--model", path, "hi"});
+    unlink(path);
+    INFO(damaged.output);
+    CHECK(damaged.status == 1);
+    CHECK(damaged.output.rfind("needle-run: " + std::string(path) + ": not a .cact file", 0) == 0);
+}
+
 TEST_CASE("needle-run: --tools naming a directory says so") {
     // It used to read as empty text: "invalid JSON at byte 0: expected a value".
     const Run r = needle_run({"--tools", "/tmp", "hi"});
