@@ -6,8 +6,12 @@
  *                                         needle_model_info.n_threads is EXPECT (exit 12 after the
  *                                         run), state, batch, prefill, decode, generate, free.
  *   api_probe isa                         prints "needle_kernel_isa() needle_kernel_isa_requested()"
+ *   api_probe threads MODEL N_THREADS     prints the process's thread count (/proc/self/task) before
+ *                                         the load, after it, and after a state ran a prefill and
+ *                                         a decode step: "before load run".
  *
  * Exit status: 0 success; 2 usage; 10 + step for the step that failed (see `step` below). */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,9 +63,45 @@ static int run(const char *path, int32_t n_threads, uint32_t expect) {
     return wrong_info ? 12 : 0;
 }
 
+/* Threads of this process: the entries of /proc/self/task (-1 if it cannot be read). */
+static int thread_count(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.') ++n;
+    closedir(d);
+    return n;
+}
+
+static int threads(const char *path, int32_t n_threads) {
+    const int before = thread_count();
+    needle_model_params mp;
+    mp.struct_size = sizeof mp;
+    needle_model_params_init(&mp);
+    mp.n_threads = n_threads;
+    needle_model *m = NULL;
+    if (needle_model_load_file(path, &mp, &m) != NEEDLE_OK) return 10;
+    const int loaded = thread_count();
+    needle_state *s = NULL;
+    needle_batch *b = NULL;
+    if (needle_state_create(m, &s) != NEEDLE_OK) return 13;
+    if (needle_batch_create(m, 32, &b) != NEEDLE_OK) return 14;
+    uint32_t prompt[32];
+    for (int i = 0; i < 32; ++i) prompt[i] = (uint32_t)(5 + 7 * i);
+    if (needle_state_prefill(s, b, prompt, 32, NULL, 0) != NEEDLE_OK) return 16;
+    if (needle_state_decode(s, prompt[3], NULL, 0) != NEEDLE_OK) return 17;
+    printf("%d %d %d\n", before, loaded, thread_count());
+    needle_batch_free(b);
+    needle_state_free(s);
+    needle_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "run"))
         return run(argv[2], (int32_t)strtol(argv[3], NULL, 10), (uint32_t)strtoul(argv[4], NULL, 10));
+    if (argc == 4 && !strcmp(argv[1], "threads")) return threads(argv[2], (int32_t)strtol(argv[3], NULL, 10));
     if (argc == 2 && !strcmp(argv[1], "isa")) {
         printf("%s %s\n", needle_kernel_isa(), needle_kernel_isa_requested());
         return 0;

@@ -72,6 +72,21 @@ TEST_CASE("hardening: n_threads 1, cores, cores+1, 1000 and INT32_MAX run in a c
     }
 }
 
+TEST_CASE("hardening: a model with n_threads N starts at most N - 1 threads, its load included") {
+    // The load's rows-in-lanes copies ran on oneTBB's default arena: with n_threads 1 a worker
+    // thread per other core was started at load and kept (1 -> 2 threads on 2 cores).
+    for (int64_t threads : {int64_t(1), int64_t(2)}) {
+        const ChildResult r = run_probe({"threads", model_path("needle2"), std::to_string(threads)});
+        INFO("n_threads " << threads << ", threads before load / after it / after a prefill and a decode: " << r.output);
+        REQUIRE(r.status == 0);
+        int before = 0, loaded = 0, ran = 0;
+        REQUIRE(std::sscanf(r.output.c_str(), "%d %d %d", &before, &loaded, &ran) == 3);
+        REQUIRE(before >= 1);
+        CHECK(loaded - before <= effective(threads) - 1);
+        CHECK(ran - before <= effective(threads) - 1);
+    }
+}
+
 TEST_CASE("hardening: the library writes nothing to fd 1 or 2 (threads above the cores, generate, free)") {
     // A fresh process each: oneTBB warns once per process, on the first oversized arena.
     const int c = cores();

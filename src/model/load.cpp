@@ -85,15 +85,20 @@ FileBytes::~FileBytes() {
 
 std::shared_ptr<const Model> load_model(std::shared_ptr<const FileBytes> bytes, const LoadOptions &opt) {
     std::shared_ptr<const Model> m;
-    if (bytes->size() >= 4 && read_u32(bytes->data()) == kCactTagV3) {
-        const ContainerV3 c = parse_cact_v3(bytes->data(), bytes->size());
-        m = std::make_shared<Needle3Model>(bytes, c, opt.n_threads, opt.depth, opt.fast);
-    } else {
-        const ContainerV2 c = parse_cact_v2(bytes->data(), bytes->size());
-        if (opt.depth != 0)
-            fail(NEEDLE_E_INVALID_ARGUMENT, strf("depth %u: a Needle 2 model has no depth ladder (use 0)", opt.depth));
-        m = std::make_shared<Needle2Model>(bytes, c, opt.n_threads, opt.fast);
-    }
+    // The load's parallel work (the rows-in-lanes copies) runs on the model's own thread count,
+    // as its sequences will: oneTBB's default arena started a worker per core whatever
+    // n_threads said (n_threads 1 left an extra thread running) and kept them.
+    ArenaLease(opt.n_threads).execute([&] {
+        if (bytes->size() >= 4 && read_u32(bytes->data()) == kCactTagV3) {
+            const ContainerV3 c = parse_cact_v3(bytes->data(), bytes->size());
+            m = std::make_shared<Needle3Model>(bytes, c, opt.n_threads, opt.depth, opt.fast);
+        } else {
+            const ContainerV2 c = parse_cact_v2(bytes->data(), bytes->size());
+            if (opt.depth != 0)
+                fail(NEEDLE_E_INVALID_ARGUMENT, strf("depth %u: a Needle 2 model has no depth ladder (use 0)", opt.depth));
+            m = std::make_shared<Needle2Model>(bytes, c, opt.n_threads, opt.fast);
+        }
+    });
     // Validation, conversion and the rows-in-lanes copies read every page of the file; what the
     // forward pass reads from it afterwards is small (the embedding and Engram table rows of the
     // tokens fed; the stored matrices only under kernels that read the stored form). Dropping all
