@@ -53,19 +53,26 @@ def main():
     ap.add_argument("--show", nargs="*", default=[])
     ap.add_argument("--failures", default="", help="write the wrong answers here (JSON lines)")
     args = ap.parse_args()
-    tools = json.load(open(data.TOOLS_PATH))
+    demo_text = open(data.TOOLS_PATH).read()
     rows = [json.loads(line) for line in open(args.test_file or
                                                  os.path.join(args.data, "test.jsonl"))][:args.n]
     per_kind, failed, invalid, groups, wrong = {}, 0, 0, {}, []
     t0 = time.time()
+    chats = {}
     with needle.Model(args.model) as m:
-        chat = needle.Chat(m, tools=open(data.TOOLS_PATH).read())
-        want = data.render_prompt(data.tools_json(tools), rows[0]["query"])
-        if chat.render(rows[0]["query"]) != want:
-            print("chat prompt differs from the training prompt:\n%r\n%r" %
-                  (chat.render(rows[0]["query"]), want))
-            return 1
         for r in rows:
+            # A row may carry its own tools (anytool.py's unseen tools): one chat per tools
+            # block, each checked once against the trainer's rendering.
+            text = r.get("tools", demo_text)
+            tools = json.loads(text)
+            if text not in chats:
+                chats[text] = chat = needle.Chat(m, tools=text)
+                want = data.render_prompt(data.tools_json(tools), r["query"])
+                if chat.render(r["query"]) != want:
+                    print("chat prompt differs from the training prompt:\n%r\n%r" %
+                          (chat.render(r["query"]), want))
+                    return 1
+            chat = chats[text]
             chat.reset()
             env = chat.complete(r["query"], args.max_new)
             calls = env["function_calls"]
@@ -83,7 +90,7 @@ def main():
         print("engine through needle_chat (greedy, grammar, auto) on %d held-out in %.0f s:" %
               (len(rows), dt))
         for k, (a, n) in acc.items():
-            print("  %-13s %3d/%3d  %.3f" % (k, a, n, a / n))
+            print("  %-18s %3d/%3d  %.3f" % (k, a, n, a / n))
         print("  tool queries exact %.3f; off-topic [] %.3f; failed turns %d; schema-invalid %d" %
               (sum(tool) / max(len(tool), 1),
                acc.get("off_topic", (0, 1))[0] / acc.get("off_topic", (0, 1))[1], failed, invalid))
@@ -93,6 +100,7 @@ def main():
             with open(args.failures, "w") as f:
                 for w in wrong:
                     f.write(json.dumps(w) + "\n")
+        chat = chats.get(demo_text) or needle.Chat(m, tools=demo_text)
         for q in args.show:
             chat.reset()
             env = chat.complete(q, args.max_new)

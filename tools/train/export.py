@@ -165,7 +165,7 @@ def engine_eval(path, ex, tools, max_new=64):
     import needle
     per_kind, valid, parsed, shown = {}, 0, 0, []
     with needle.Model(path) as m, m.new_state() as s:
-        for (full, start), meta in zip(ex.rows, ex.meta):
+        for (full, start, _), meta in zip(ex.rows, ex.meta):
             s.reset()
             logits = np.array(s.prefill(full[:start]), np.float32)
             out = []

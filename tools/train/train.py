@@ -40,45 +40,65 @@ DEMO_GEOMETRY = dict(vocab_size=1024, d_model=128, num_heads=4, num_kv_heads=2, 
 
 
 class Examples:
-    """Tokenised examples: ids, where the target starts, the shared prefix length."""
+    """Tokenised examples: ids, where the target starts, the tools block's length. A row with a
+    "tools" field (anytool.py) is rendered with that tools JSON, others with the demo tools."""
 
     def __init__(self, path, sp, tools_text, limit=None):
         self.rows, self.meta = [], []
-        prefix = None
         with open(path) as f:
             for k, line in enumerate(f):
                 if limit is not None and k >= limit:
                     break
                 ex = json.loads(line)
-                full = [2] + sp.encode(data.render_prompt(tools_text, ex["query"]) +
+                tt = ex.get("tools", tools_text)
+                full = [2] + sp.encode(data.render_prompt(tt, ex["query"]) +
                                        data.render_target(ex["calls"]))
                 # The target starts at its (only) <tool_call> marker; the first rows check
                 # that the prompt encoded alone is exactly the ids before it.
                 start = full.index(TOOL_CALL)
                 if k < 64:
-                    prompt = [2] + sp.encode(data.render_prompt(tools_text, ex["query"]))
+                    prompt = [2] + sp.encode(data.render_prompt(tt, ex["query"]))
                     assert full[:start] == prompt, "prompt/target boundary moved"
-                p = full.index(TOOLS_END) + 1
-                assert prefix is None or full[:p] == prefix, "tools block differs"
-                prefix = full[:p]
-                self.rows.append((full, start))
+                self.rows.append((full, start, full.index(TOOLS_END) + 1))
                 self.meta.append(ex)
-        self.prefix = prefix
+        # Runs of consecutive rows with one tools block: a batch drawn inside one runs the
+        # block once (Needle2.hidden(prefix=...)).
+        self.groups, k = [], 0
+        while k < len(self.rows):
+            j = k + 1
+            while j < len(self.rows) and self.prefix_of(j) == self.prefix_of(k):
+                j += 1
+            self.groups.append(list(range(k, j)))
+            k = j
+        self.prefix = self.prefix_of(0) if len(self.groups) == 1 else None
+
+    def prefix_of(self, i):
+        full, _, p = self.rows[i]
+        return full[:p]
 
     def batch(self, idx):
         """tokens [B, S] (PAD 0 after the end), target mask [B, S - P] over the positions
-        whose logits predict a target token (position t predicts token t + 1)."""
-        P = len(self.prefix)
+        whose logits predict a target token (position t predicts token t + 1), and P, the
+        tools block's length (every row of idx must share it)."""
+        P = self.rows[idx[0]][2]
+        assert all(self.prefix_of(i) == self.prefix_of(idx[0]) for i in idx), "mixed blocks"
         S = max(len(self.rows[i][0]) for i in idx)
         tok = torch.zeros(len(idx), S, dtype=torch.int64)
         want = torch.zeros(len(idx), S - P, dtype=torch.bool)
         nxt = torch.zeros(len(idx), S - P, dtype=torch.int64)
         for b, i in enumerate(idx):
-            full, start = self.rows[i]
+            full, start, _ = self.rows[i]
             tok[b, :len(full)] = torch.tensor(full)
             want[b, start - 1 - P:len(full) - 1 - P] = True
             nxt[b, :len(full) - 1 - P] = torch.tensor(full[P + 1:])
-        return tok, want, nxt
+        return tok, want, nxt, P
+
+    def blocks(self, batch):
+        """Every row once, in runs of at most `batch` rows sharing a tools block."""
+        by = {}
+        for i in range(len(self.rows)):
+            by.setdefault(tuple(self.prefix_of(i)), []).append(i)
+        return [v[s:s + batch] for v in by.values() for s in range(0, len(v), batch)]
 
 
 def target_logits(model, tok, want, P):
@@ -89,13 +109,11 @@ def target_logits(model, tok, want, P):
 
 def evaluate(model, ex, batch=32):
     """(mean target loss, exact-call share per kind) teacher-forced over all examples."""
-    P = len(ex.prefix)
     losses, per_kind = [], {}
     model.eval()
     with torch.no_grad():
-        for s in range(0, len(ex.rows), batch):
-            idx = list(range(s, min(s + batch, len(ex.rows))))
-            tok, want, nxt = ex.batch(idx)
+        for idx in ex.blocks(batch):
+            tok, want, nxt, P = ex.batch(idx)
             h = model.hidden(tok, prefix=P, lengths=(tok != 0).sum(1))
             logits = h @ model.p("embedding").t()
             for b, i in enumerate(idx):
@@ -109,6 +127,17 @@ def evaluate(model, ex, batch=32):
     allv = [x for v in per_kind.values() for x in v]
     acc["all"] = sum(allv) / len(allv)
     return float(np.mean(losses)), acc
+
+
+def load_init(path):
+    """A checkpoint's {"geometry", "arrays"}: a train.py checkpoint, or an exported .cact
+    (its dequantised weights, cq-kernels.md §10: fine-tuning the shipped model)."""
+    if not path.endswith(".cact"):
+        return torch.load(path)
+    import cact
+    c = cact.Container.open(path)
+    g = needle2.Geometry.from_header(c.header)
+    return {"geometry": g.as_dict(), "arrays": [c.tensor(i) for i in range(len(g.canon()))]}
 
 
 def main():
@@ -135,6 +164,14 @@ def main():
                     help="wall-clock budget: the schedule follows max(step/steps, time/budget) "
                          "and training stops at the end of either (0 = steps only; not "
                          "deterministic, for a shared machine)")
+    ap.add_argument("--anytool", default="",
+                    help="generated tool sets (anytool.py's anytool.train.jsonl): a share of "
+                         "the steps trains on them, the rest on the demo tools")
+    ap.add_argument("--anytool-share", type=float, default=0.3,
+                    help="share of the steps drawn from --anytool")
+    ap.add_argument("--anytool-test", default="",
+                    help="held-out unseen tools (anytool.test.jsonl), evaluated beside the "
+                         "demo split")
     ap.add_argument("--geometry", default="",
                     help="override DEMO_GEOMETRY, e.g. d_model=192,num_layers=6 (integers); "
                          "ignored with --init, whose checkpoint carries its geometry")
@@ -146,9 +183,12 @@ def main():
     train = Examples(args.train_file or os.path.join(args.data, "train.jsonl"), sp, tools_text)
     test = Examples(os.path.join(args.data, "test.jsonl"), sp, tools_text, limit=args.eval_n)
     P = len(train.prefix)
+    anytool = Examples(args.anytool, sp, tools_text) if args.anytool else None
+    any_test = Examples(args.anytool_test, sp, tools_text, limit=args.eval_n) \
+        if args.anytool_test else None
     geo = dict(DEMO_GEOMETRY, vocab_size=sp.get_piece_size())
     geo.update({k: int(v) for k, v in (kv.split("=") for kv in args.geometry.split(",") if kv)})
-    init = torch.load(args.init) if args.init else None
+    init = load_init(args.init) if args.init else None
     if init is not None:  # continue from a checkpoint (a fresh optimizer and schedule)
         geo = init["geometry"]
     g = needle2.Geometry(**geo)
@@ -159,6 +199,9 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     print("train %d examples, prefix %d tokens, %d parameters" % (len(train.rows), P, n_params),
           flush=True)
+    if anytool:
+        print("anytool: %d examples in %d tool sets, %.0f%% of the steps" %
+              (len(anytool.rows), len(anytool.groups), 100 * args.anytool_share), flush=True)
     decay = [p for n, p in zip(model.names, model.params) if len(p.shape) == 2]
     rest = [p for n, p in zip(model.names, model.params) if len(p.shape) != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
@@ -177,22 +220,32 @@ def main():
         opt, lambda s: min(1.0, (s + 1) / warm) *
         (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress(s)))))
     rng = random.Random(args.seed)
-    order, best = [], (-1.0, 0)
+    pick = random.Random(args.seed + 17)  # which steps train on generated tool sets
+    order, any_order, best = [], [], (-1.0, 0)
     for step in range(1, args.steps + 1):
         last = step == args.steps or progress(step) >= 1.0 or step == args.stop
-        if len(order) < args.batch:
-            order = list(range(len(train.rows)))
-            rng.shuffle(order)
-        idx, order = order[:args.batch], order[args.batch:]
-        tok, want, nxt = train.batch(idx)
-        logits = target_logits(model, tok, want, P)
-        loss = F.cross_entropy(logits, nxt[want])
+        if anytool and pick.random() < args.anytool_share:
+            # a batch of whole tool sets, each run with its own tools block
+            per = max(1, args.batch // len(anytool.groups[0]))
+            if len(any_order) < per:
+                any_order = list(range(len(anytool.groups)))
+                rng.shuffle(any_order)
+            parts = [anytool.batch(anytool.groups[gi]) for gi in any_order[:per]]
+            any_order = any_order[per:]
+        else:
+            if len(order) < args.batch:
+                order = list(range(len(train.rows)))
+                rng.shuffle(order)
+            parts = [train.batch(order[:args.batch])]
+            order = order[args.batch:]
+        logits = torch.cat([target_logits(model, tok, want, p) for tok, want, _, p in parts])
+        loss = F.cross_entropy(logits, torch.cat([nxt[want] for _, want, nxt, _ in parts]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        tokens_seen += P + int((tok[:, P:] != 0).sum())
+        tokens_seen += sum(p + int((tok[:, p:] != 0).sum()) for tok, _, _, p in parts)
         log_loss.append(float(loss))
         if step % 25 == 0 or step == 1:
             dt = time.time() - t0
@@ -204,6 +257,10 @@ def main():
             print("eval step %d: test loss %.4f exact %s" %
                   (step, loss_t, json.dumps({k: round(v, 3) for k, v in sorted(acc.items())})),
                   flush=True)
+            if any_test:
+                loss_a, acc_a = evaluate(model, any_test)
+                print("  unseen tools: test loss %.4f exact %s" % (loss_a, json.dumps(
+                    {k: round(v, 3) for k, v in sorted(acc_a.items())})), flush=True)
             # Every evaluation leaves a usable model: a per-step copy, and --out holds the best
             # so far by held-out exact calls (ties go to the later step: lower lr, lower loss),
             # so a run stopped early still has its best model where export.py looks.
