@@ -115,7 +115,7 @@ TEST_CASE("needle-run: output that cannot be written and an endless --tools file
     CHECK(zero.output.find("more than 64 MiB") != std::string::npos);
 }
 
-TEST_CASE("needle-run: a model file that cannot be opened is named once; a damaged one is named") {
+TEST_CASE("needle-run: a model file that cannot be opened is named once, a damaged one by needle-run") {
     // The library's message already names a path it cannot open; needle-run named it again.
     const Run missing = needle_run({"--model", "/nonexistent-dir/m.cact", "hi"});
     CHECK(missing.status == 1);
