@@ -25,13 +25,19 @@ static int count_tokens(uint32_t token, const char *text, size_t len, void *user
     return 0;
 }
 
-static int run(const char *path, int32_t n_threads, uint32_t expect) {
+/* The model at path loaded with n_threads, or NULL. */
+static needle_model *load(const char *path, int32_t n_threads) {
     needle_model_params mp;
     mp.struct_size = sizeof mp;
     needle_model_params_init(&mp);
     mp.n_threads = n_threads;
     needle_model *m = NULL;
-    if (needle_model_load_file(path, &mp, &m) != NEEDLE_OK) return 10;
+    return needle_model_load_file(path, &mp, &m) == NEEDLE_OK ? m : NULL;
+}
+
+static int run(const char *path, int32_t n_threads, uint32_t expect) {
+    needle_model *m = load(path, n_threads);
+    if (!m) return 10;
     needle_model_info info;
     memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
@@ -76,12 +82,8 @@ static int thread_count(void) {
 
 static int threads(const char *path, int32_t n_threads) {
     const int before = thread_count();
-    needle_model_params mp;
-    mp.struct_size = sizeof mp;
-    needle_model_params_init(&mp);
-    mp.n_threads = n_threads;
-    needle_model *m = NULL;
-    if (needle_model_load_file(path, &mp, &m) != NEEDLE_OK) return 10;
+    needle_model *m = load(path, n_threads);
+    if (!m) return 10;
     const int loaded = thread_count();
     needle_state *s = NULL;
     needle_batch *b = NULL;
