@@ -411,7 +411,7 @@ TEST_CASE("chat: a conversation that reaches max_seq_len fails with context_full
     CHECK(env["error_code"] != "context_full");
 }
 
-TEST_CASE("chat: a first query too long for max_seq_len says so, not 'call reset'") {
+TEST_CASE("chat: a query too long for max_seq_len says so, not 'call reset', on the first turn and later") {
     Chat c = make_chat(tiny().get(), "", kWeatherTool, params(NEEDLE_TOOL_CHOICE_REQUIRED));
     std::string query;
     while (query.size() < 20000) query += "Weather in Paris? ";
@@ -427,6 +427,14 @@ TEST_CASE("chat: a first query too long for max_seq_len says so, not 'call reset
     const auto next = nlohmann::ordered_json::parse(complete_text(c.get(), "Weather in Paris?", 48));
     INFO(next.dump());
     CHECK(next["error_code"] != "context_full");
+    // After that turn the same text still cannot fit, reset or not: it says so ("call reset" was
+    // advice that could not help).
+    const auto later = nlohmann::ordered_json::parse(complete_text(c.get(), query.c_str(), 48));
+    INFO(later.dump());
+    CHECK(later["error_code"] == "context_full");
+    const std::string later_error = later["error"].get<std::string>();
+    CHECK(later_error.find("too long for this model and tools, even after a reset") != std::string::npos);
+    CHECK(later_error.find("call reset") == std::string::npos);
 }
 
 TEST_CASE("chat: reset restores the static prefix from its copy (no prefill) and replays the turn") {

@@ -205,11 +205,14 @@ std::string Chat::complete(std::string_view text, uint32_t max_new_tokens) {
     const size_t restored = (rewound && !have_snapshot_ ? prefix_ids_.size() : 0) + replayed;  // run this turn
     const size_t base = rewound ? prefix_ids_.size() + replayed : seq_->pos;
     if (base + feed_ids_.size() + 1 > Tmax) {  // room for the turn and one token
-        // On a new conversation a reset frees nothing: the query itself is too long.
+        // A reset frees nothing on a new conversation, nor when the turn alone would not fit
+        // after the static prefix either: then the text itself is too long.
+        const bool too_long = prefix_ids_.size() + feed_ids_.size() + 1 > Tmax;
         set_failure(e, "context_full",
                     strf("context full: the turn of %zu tokens at position %zu does not fit max_seq_len %u; %s",
                          feed_ids_.size(), base, Tmax,
                          turns_ == 0 ? "the query is too long for this model and tools (a reset frees nothing)"
+                         : too_long  ? "the text is too long for this model and tools, even after a reset"
                                      : "call reset"));
         return write_envelope(e);
     }
