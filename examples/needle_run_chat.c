@@ -20,7 +20,8 @@
  * would otherwise be read until memory ran out). */
 static const size_t kMaxToolsBytes = (size_t)64 << 20;
 
-static char *read_file(const char *path) {
+/* The file's bytes, NUL-terminated, and their count in *len (a NUL inside is kept). */
+static char *read_file(const char *path, size_t *len) {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return NULL;
     struct stat st;
@@ -55,7 +56,7 @@ static char *read_file(const char *path) {
         buf = bigger, cap *= 2;
     }
     if (buf && ferror(f)) { const int e = errno; free(buf); buf = NULL; errno = e ? e : EIO; }
-    if (buf) buf[n] = '\0';
+    if (buf) buf[n] = '\0', *len = n;
     else if (!errno) errno = ENOMEM;
     fclose(f);
     if (buf && n == 0 && fifo) { free(buf); buf = NULL; errno = ENODATA; }
@@ -87,7 +88,8 @@ static void print_pretty(const char *s) {
 int run_chat(needle_model *model, const char *tools_path, const char *tools_text,
              const char *system, int tool_choice, uint32_t max_tokens, const char *query) {
     errno = 0;
-    char *tools = tools_text ? NULL : read_file(tools_path);
+    size_t tools_len = 0;
+    char *tools = tools_text ? NULL : read_file(tools_path, &tools_len);
     if (!tools && !tools_text) {
         fprintf(stderr, "needle-run: --tools %s: cannot read it: %s%s\n", tools_path, strerror(errno),
                 errno == EISDIR ? " (a JSON file of tool schemas is expected)"
@@ -95,12 +97,20 @@ int run_chat(needle_model *model, const char *tools_path, const char *tools_text
                 : errno == EFBIG ? " (more than 64 MiB)" : "");
         return 1;
     }
+    const char *json = tools_text ? tools_text : tools;
+    if (tools && strlen(tools) != tools_len) { /* the library reads a C string: it would stop there */
+        fprintf(stderr, "needle-run: --tools %s: a NUL byte at offset %zu (JSON text has none)\n", tools_path,
+                strlen(tools));
+        free(tools);
+        return 1;
+    }
+    if (tools && !strncmp(tools, "\xEF\xBB\xBF", 3)) json += 3; /* a UTF-8 byte order mark: ignored (RFC 8259 8.1) */
     needle_chat_params cp;
     cp.struct_size = sizeof cp;
     needle_chat_params_init(&cp);
     cp.tool_choice = tool_choice;
     needle_chat *chat = NULL;
-    needle_status st = needle_chat_create(model, system, tools_text ? tools_text : tools, &cp, &chat);
+    needle_status st = needle_chat_create(model, system, json, &cp, &chat);
     free(tools);
     if (st != NEEDLE_OK) {
         fprintf(stderr, "needle-run: %s: %s (%s)\n", tools_text ? "built-in tools" : tools_path,

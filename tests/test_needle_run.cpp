@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -132,6 +133,31 @@ TEST_CASE("needle-run: a model file that cannot be opened is named once, a damag
     INFO(damaged.output);
     CHECK(damaged.status == 1);
     CHECK(damaged.output.rfind("needle-run: " + std::string(path) + ": not a .cact file", 0) == 0);
+}
+
+TEST_CASE("needle-run: a --tools file with a NUL byte is refused naming its offset, a UTF-8 BOM is skipped") {
+    // The library reads the tools as a C string: a NUL cut them ("invalid JSON ... unterminated
+    // string"), and a byte order mark was "invalid JSON at byte 0".
+    char path[] = "/tmp/needle-run-tools.XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    const std::string nul("[{\"name\":\"x\0y\"}]", 16);
+    REQUIRE(write(fd, nul.data(), nul.size()) == ssize_t(nul.size()));
+    close(fd);
+    const Run r = needle_run({"--tools", path, "hi"});
+    CHECK(r.status == 1);
+    CHECK(r.output == "needle-run: --tools " + std::string(path) + ": a NUL byte at offset 11 (JSON text has none)\n");
+    FILE *f = std::fopen(path, "wb");
+    REQUIRE(f != nullptr);
+    std::fputs("\xEF\xBB\xBF[{\"name\":\"set_timer\",\"parameters\":{\"type\":\"object\",\"properties\":"
+               "{\"seconds\":{\"type\":\"integer\"}},\"required\":[\"seconds\"]}}]",
+               f);
+    std::fclose(f);
+    const Run bom = needle_run({"--tools", path, "--tool-choice", "required", "Set a timer for 5 minutes"});
+    unlink(path);
+    INFO(bom.output);
+    CHECK(bom.status == 0);
+    CHECK(bom.output.find("\"name\": \"set_timer\"") != std::string::npos);
 }
 
 TEST_CASE("needle-run: --tools naming a directory says so") {
