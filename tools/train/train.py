@@ -7,7 +7,8 @@ next-token cross-entropy on the target tokens only. Every prompt starts with the
 block, so a step runs that shared prefix once (Needle2.hidden(prefix=...)) and only the
 per-example rest in a batch. Exact-call accuracy is measured teacher-forced: greedy decoding
 reproduces a target exactly iff the argmax at every target position is the target token.
-Deterministic for --seed on one thread (torch.set_num_threads(1): the machine is shared).
+--workers W runs W single-threaded processes, each on a share of every batch (workers.py).
+Deterministic for --seed and a given W (one torch thread per process).
 """
 
 import argparse
@@ -28,6 +29,7 @@ sys.path.insert(0, HERE)
 import data  # noqa: E402
 import needle2  # noqa: E402
 import tokenizer  # noqa: E402
+import workers  # noqa: E402
 
 TOOLS_END = 9  # </tools>: the shared prefix ends with it (tool-calling.md §3.2)
 TOOL_CALL = 10  # <tool_call>: the first target token (§3.4)
@@ -98,7 +100,17 @@ class Examples:
         by = {}
         for i in range(len(self.rows)):
             by.setdefault(tuple(self.prefix_of(i)), []).append(i)
-        return [v[s:s + batch] for v in by.values() for s in range(0, len(v), batch)]
+        return [self.longest_first(v[s:s + batch]) for v in by.values()
+                for s in range(0, len(v), batch)]
+
+    def longest_first(self, idx):
+        """idx ordered by row length, longest first: the model's grouped attention
+        (Needle2.attend_grouped) then pads each group of rows to a similar length."""
+        return sorted(idx, key=lambda i: -len(self.rows[i][0]))
+
+    def target_count(self, idx):
+        """Target tokens (loss terms) of rows idx."""
+        return sum(len(self.rows[i][0]) - self.rows[i][1] for i in idx)
 
 
 def target_logits(model, tok, want, P):
@@ -154,6 +166,9 @@ def main():
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--eval-n", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="data-parallel processes (workers.py), one per core; the result "
+                         "depends on the count, not on timing")
     ap.add_argument("--train-file", default="",
                     help="training examples (default DATA/train.jsonl; the tokenizer and the "
                          "held-out split always come from --data)")
@@ -177,6 +192,8 @@ def main():
                          "ignored with --init, whose checkpoint carries its geometry")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    team = workers.Workers(args.workers)
+    out = print if team.main else (lambda *a, **k: None)
     torch.manual_seed(args.seed)
     sp = tokenizer.load(args.data)
     tools_text = data.tools_json(json.load(open(data.TOOLS_PATH)))
@@ -197,10 +214,10 @@ def main():
     if init is not None:
         model.load_arrays(init["arrays"])
     n_params = sum(p.numel() for p in model.parameters())
-    print("train %d examples, prefix %d tokens, %d parameters" % (len(train.rows), P, n_params),
-          flush=True)
+    out("train %d examples, prefix %d tokens, %d parameters" % (len(train.rows), P, n_params),
+        flush=True)
     if anytool:
-        print("anytool: %d examples in %d tool sets, %.0f%% of the steps" %
+        out("anytool: %d examples in %d tool sets, %.0f%% of the steps" %
               (len(anytool.rows), len(anytool.groups), 100 * args.anytool_share), flush=True)
     decay = [p for n, p in zip(model.names, model.params) if len(p.shape) == 2]
     rest = [p for n, p in zip(model.names, model.params) if len(p.shape) != 2]
@@ -208,12 +225,12 @@ def main():
                              {"params": rest, "weight_decay": 0.0}], lr=args.lr,
                             betas=(0.9, 0.98))
     warm = min(args.warmup, args.steps // 10 + 1)
-    t0, tokens_seen, log_loss = time.time(), 0, []
+    t0, tokens_seen, log_loss, elapsed = time.time(), 0, [], [0.0]
 
     def progress(s):
         frac = s / args.steps
-        if args.minutes > 0:
-            frac = max(frac, (time.time() - t0) / (60 * args.minutes))
+        if args.minutes > 0:  # rank 0's clock (elapsed), so that every rank agrees
+            frac = max(frac, elapsed[0] / (60 * args.minutes))
         return min(1.0, frac)
 
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -230,29 +247,42 @@ def main():
             if len(any_order) < per:
                 any_order = list(range(len(anytool.groups)))
                 rng.shuffle(any_order)
-            parts = [anytool.batch(anytool.groups[gi]) for gi in any_order[:per]]
+            sets = [anytool.groups[gi] for gi in any_order[:per]]
             any_order = any_order[per:]
+            ex, runs = anytool, [anytool.longest_first(g) for g in team.mine(sets)]
+            n_target = sum(anytool.target_count(g) for g in sets)
         else:
             if len(order) < args.batch:
                 order = list(range(len(train.rows)))
                 rng.shuffle(order)
-            parts = [train.batch(order[:args.batch])]
+            idx = train.longest_first(order[:args.batch])
             order = order[args.batch:]
-        logits = torch.cat([target_logits(model, tok, want, p) for tok, want, _, p in parts])
-        loss = F.cross_entropy(logits, torch.cat([nxt[want] for _, want, nxt, _ in parts]))
+            ex, runs, n_target = train, [team.mine(idx)], train.target_count(idx)
+        # The loss is the mean over the whole batch's target tokens (every rank's): each rank
+        # backpropagates its share of the sum / n_target and the gradients are summed.
+        parts = [ex.batch(r) for r in runs if r]
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_sum, seen = 0.0, 0
+        if parts:
+            logits = torch.cat([target_logits(model, tok, want, p) for tok, want, _, p in parts])
+            loss = F.cross_entropy(logits, torch.cat([nxt[want] for _, want, nxt, _ in parts]),
+                                   reduction="sum") / n_target
+            loss.backward()
+            loss_sum = float(loss)
+            seen = sum(p + int((tok[:, p:] != 0).sum()) for tok, _, _, p in parts)
+        loss_sum, seen, elapsed[0] = team.sum_grads(
+            model.params, [loss_sum, seen, time.time() - t0 if team.main else 0.0])
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        tokens_seen += sum(p + int((tok[:, p:] != 0).sum()) for tok, _, _, p in parts)
-        log_loss.append(float(loss))
+        tokens_seen += seen
+        log_loss.append(loss_sum)
         if step % 25 == 0 or step == 1:
             dt = time.time() - t0
-            print("step %5d loss %.4f  %.2f steps/s %.0f tokens/s  %.0f s" %
-                  (step, np.mean(log_loss), step / dt, tokens_seen / dt, dt), flush=True)
+            out("step %5d loss %.4f  %.2f steps/s %.0f tokens/s  %.0f s" %
+                (step, np.mean(log_loss), step / dt, tokens_seen / dt, dt), flush=True)
             log_loss = []
-        if step % args.eval_every == 0 or last:
+        if team.main and (step % args.eval_every == 0 or last):
             loss_t, acc = evaluate(model, test)
             print("eval step %d: test loss %.4f exact %s" %
                   (step, loss_t, json.dumps({k: round(v, 3) for k, v in sorted(acc.items())})),
@@ -274,8 +304,10 @@ def main():
                       flush=True)
         if last:
             break
-    print("done: %d steps in %.0f s; best step %d (exact %.3f) in %s" %
-          (step, time.time() - t0, best[1], best[0], args.out), flush=True)
+    out("done: %d steps in %.0f s; best step %d (exact %.3f) in %s" %
+        (step, time.time() - t0, best[1], best[0], args.out), flush=True)
+    if team.close():
+        sys.exit("a training worker failed")
 
 
 if __name__ == "__main__":
