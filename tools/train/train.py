@@ -218,7 +218,7 @@ def main():
         flush=True)
     if anytool:
         out("anytool: %d examples in %d tool sets, %.0f%% of the steps" %
-              (len(anytool.rows), len(anytool.groups), 100 * args.anytool_share), flush=True)
+            (len(anytool.rows), len(anytool.groups), 100 * args.anytool_share), flush=True)
     decay = [p for n, p in zip(model.names, model.params) if len(p.shape) == 2]
     rest = [p for n, p in zip(model.names, model.params) if len(p.shape) != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},

@@ -70,7 +70,7 @@ class Workers:
         k = 0
         for p in params:
             n = p.numel()
-            p.grad = flat[k:k + n].view_as(p).clone()
+            p.grad = flat[k:k + n].view_as(p)  # flat is this step's own buffer
             k += n
         return flat[k:].tolist()
 
