@@ -63,6 +63,10 @@ static void usage(FILE *f) {
             "  --system TEXT    system facts for the tool-calling turn\n"
             "  --tool-choice C  auto (default), required or none\n"
             "  --threads N      worker threads (default 0 = all cores; more than the cores are clamped)\n"
+            "  --               the next argument is the prompt, even if it starts with --\n"
+            "A tool-calling turn decodes greedily: the sampling controls are for plain generation\n"
+            "(--model without --tools), --system and --tool-choice for a turn; either misplaced is\n"
+            "a usage error.\n"
             "Exit status: 0 done, 1 failed (a tool-calling turn whose envelope says success:false\n"
             "exits 1 after printing it), 2 usage error.\n");
 }
@@ -112,6 +116,8 @@ int main(int argc, char **argv) {
     const char *model_path = NULL; /* NULL: the built-in demo model */
     const char *tools_path = NULL, *tools_text = NULL, *system = "";
     int tool_choice = NEEDLE_TOOL_CHOICE_AUTO, max_set = 0;
+    /* flags of one mode only, named in a usage error when given in the other */
+    const char *sampling_flag = NULL, *turn_flag = NULL;
     const char *prompt = NULL;
     needle_generate_params gp;
     gp.struct_size = sizeof gp;
@@ -125,6 +131,12 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         const int has_value = i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--")) {  /* end of options: "needle-run -- --x" */
+            if (!has_value) { usage(stderr); return 2; }
+            if (prompt || i + 2 < argc) { fprintf(stderr, "needle-run: more than one prompt given\n"); return 2; }
+            prompt = argv[++i];
+            break;
+        }
         if (a[0] == '-' && a[1] == '-' && a[2]) {
             /* Unknown before missing: "--hello" is not an option that lacks a value. A value
              * that is itself an option ("--model --max-tokens 5") is a missing value too. */
@@ -134,6 +146,9 @@ int main(int argc, char **argv) {
                 return 2;
             }
         }
+        if (!strcmp(a, "--temperature") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") || !strcmp(a, "--seed"))
+            sampling_flag = a;
+        if (!strcmp(a, "--system") || !strcmp(a, "--tool-choice")) turn_flag = a;
         if (!strcmp(a, "--model")) model_path = argv[++i];
         else if (!strcmp(a, "--tools")) tools_path = argv[++i];
         else if (!strcmp(a, "--system")) system = argv[++i];
@@ -160,6 +175,19 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "needle-run: more than one prompt given\n"); return 2; }
     }
     if (!prompt) { usage(stderr); return 2; }
+    /* A turn runs with --tools or on the built-in model (no --model); it decodes greedily, so a
+     * sampling flag there would be silently ignored, as --system and --tool-choice would be in
+     * plain generation: both are refused instead. */
+    const int turn = tools_path != NULL || model_path == NULL;
+    if (turn && sampling_flag) {
+        fprintf(stderr, "needle-run: %s applies to plain generation (--model without --tools); "
+                        "a tool-calling turn decodes greedily\n", sampling_flag);
+        return 2;
+    }
+    if (!turn && turn_flag) {
+        fprintf(stderr, "needle-run: %s applies to a tool-calling turn (--tools, or no --model)\n", turn_flag);
+        return 2;
+    }
 
     needle_model *model = NULL;
     needle_state *state = NULL;
@@ -199,7 +227,10 @@ int main(int argc, char **argv) {
     if (st != NEEDLE_OK && st != NEEDLE_E_CANCELLED) rc = fail("generate", st);
     const double pre = res.prefill_ms > 0 ? res.prompt_tokens / (res.prefill_ms / 1000.0) : 0.0;
     const double dec = res.decode_ms > 0 ? res.generated_tokens / (res.decode_ms / 1000.0) : 0.0;
-    printf("[needle-run] prompt tokens %u, generated tokens %u, prefill %.1f tok/s, decode %.1f tok/s\n", res.prompt_tokens, res.generated_tokens, pre, dec);
+    static const char *const stops[] = {"none", "end of text", "max tokens", "context full", "cancelled"};
+    const char *stop = res.stop_reason < sizeof stops / sizeof stops[0] ? stops[res.stop_reason] : "?";
+    printf("[needle-run] prompt tokens %u, generated tokens %u, prefill %.1f tok/s, decode %.1f tok/s, stopped: %s\n",
+           res.prompt_tokens, res.generated_tokens, pre, dec, stop);
     needle_batch_free(batch);
     needle_state_free(state);
     needle_model_free(model);

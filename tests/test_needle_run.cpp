@@ -55,11 +55,53 @@ TEST_CASE("needle-run: bad numeric flag values are usage errors (exit 2) naming 
         CHECK(r.output.find(b.message) != std::string::npos);
         CHECK(r.output.find("\"type\"") == std::string::npos);  // refused before any turn ran
     }
-    // The extremes of the ranges are taken (the demo model's turn runs and prints its envelope).
-    const Run ok = needle_run({"--max-tokens", "4294967295", "--seed", "18446744073709551615", "hi"});
+    // The extremes of the ranges are taken (the demo model's turn runs and prints its envelope;
+    // plain generation on its file runs until the context is full and says so).
+    const Run ok = needle_run({"--max-tokens", "4294967295", "hi"});
     INFO(ok.output);
     CHECK(ok.status == 0);
     CHECK(ok.output.find("\"type\": \"call\"") != std::string::npos);
+    const Run plain = needle_run({"--model", NEEDLE_DEMO_MODEL, "--max-tokens", "4294967295", "--seed",
+                                  "18446744073709551615", "--temperature", "0.7", "hi"});
+    INFO(plain.output);
+    CHECK(plain.status == 0);
+    CHECK(plain.output.find(", stopped: context full\n") != std::string::npos);
+}
+
+TEST_CASE("needle-run: flags of the other mode are usage errors, -- ends the options") {
+    // A tool-calling turn decodes greedily: sampling flags there were silently ignored, as
+    // --system and --tool-choice were in plain generation.
+    for (const char *flag : {"--temperature", "--top-k", "--top-p", "--seed"}) {
+        const Run r = needle_run({flag, "1", "Set a timer for 5 minutes"});
+        INFO(flag << " -> " << r.status << ": " << r.output);
+        CHECK(r.status == 2);
+        CHECK(r.output == std::string("needle-run: ") + flag +
+                              " applies to plain generation (--model without --tools); a tool-calling "
+                              "turn decodes greedily\n");
+    }
+    for (const char *flag : {"--system", "--tool-choice"}) {
+        const Run r = needle_run({"--model", NEEDLE_DEMO_MODEL, flag, "none", "hi"});
+        INFO(flag << " -> " << r.status << ": " << r.output);
+        CHECK(r.status == 2);
+        CHECK(r.output == std::string("needle-run: ") + flag +
+                              " applies to a tool-calling turn (--tools, or no --model)\n");
+    }
+    // With --tools both --model and the turn's flags go together.
+    Run r = needle_run({"--model", NEEDLE_DEMO_MODEL, "--tools", NEEDLE_MODELS_DIR "/needle-demo.tools.json", "--tool-choice", "none",
+                        "Set a timer for 5 minutes"});
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("\"function_calls\": []") != std::string::npos);
+    // "--" makes an argument that looks like an option the prompt (it was "unknown option").
+    r = needle_run({"--max-tokens", "8", "--", "--x"});
+    CHECK(r.status == 0);
+    CHECK(r.output.find("\"type\": \"call\"") != std::string::npos);
+    r = needle_run({"--", "--x", "y"});
+    CHECK(r.status == 2);
+    CHECK(r.output == "needle-run: more than one prompt given\n");
+    r = needle_run({"hi", "--"});
+    CHECK(r.status == 2);
+    CHECK(r.output.rfind("usage: needle-run", 0) == 0);
 }
 
 TEST_CASE("needle-run: an unknown option is named as unknown, an option as a value is a missing value") {
