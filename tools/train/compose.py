@@ -231,7 +231,7 @@ def number_words(n):
 
 
 class ComposeGen(data.Gen):
-    def __init__(self, rng, test, noisy=False):
+    def __init__(self, rng, test, noisy=False, more=False):
         super().__init__(rng, test)
         self.noisy = noisy and not test
         self.wr = {k: (v if test else split(v, False)) for k, v in WORDS.items()}
@@ -242,13 +242,24 @@ class ComposeGen(data.Gen):
             held = [h for lst in (OPENERS, HEDGES, SUFFIXES, CONTEXTS, JOINERS)
                     for h in split(lst, True)]
             self.noise = noise.Noise(rng, self.dict, held, meaningful_words())
+        # Round 13: more.py's extra phrasings join the training parts (never the test side).
+        self.more = {}
+        if more and not test:
+            import more as more_phrasings
+            self.more = more_phrasings.LISTS
+            if self.noisy:
+                # No filler right before a timer noun: "set a thoroughly timer" (no label)
+                # taught that a word there is noise, so "soup timer, ..." lost its label
+                # (round 12: 43 of 43 such v2-file queries).
+                self.noise.no_insert_before = {w.split()[-1] for w in WORDS["timer_n"] +
+                                               WORDS["a_timer"]}
 
     def part(self, items):
         """A wrapper part: test-only parts on the test side, training parts otherwise."""
-        return self.pick(split(items, self.test))
+        return self.pick(self.more.get(id(items)) or split(items, self.test))
 
     def core(self, items):
-        return self.pick(split(items, self.test))
+        return self.pick(self.more.get(id(items)) or split(items, self.test))
 
     def words_in(self, t):
         t = re.sub(r"\{w:(\w+)\}", lambda m: self.pick(self.wr[m.group(1)]), t)
@@ -362,9 +373,16 @@ class ComposeGen(data.Gen):
         {body}" is "text {to} saying {body}" once in a while)."""
         for _ in range(50):
             q, c = super().single()
-            if self.test or not matches_old_heldout(q):
+            if self.test or not self.old_heldout(q, [c]):
                 return q, c
         raise RuntimeError("no training query outside the old held-out templates")
+
+    def old_heldout(self, q, calls):
+        """Whether a training query contains a held-out template of the second generator
+        (round 13, more=True: judged by the query's own values, old_heldout_hits)."""
+        if self.more and calls:
+            return bool(old_heldout_hits(q, calls))
+        return matches_old_heldout(q, not calls)
 
     def lookalike(self):
         t = self.core(LOOKALIKES)
@@ -418,7 +436,7 @@ class ComposeGen(data.Gen):
         template of the second generator (a wrapper or a joiner can complete one)."""
         for _ in range(50):
             x = self.example1()
-            if self.test or not matches_old_heldout(x["query"], not x["calls"]):
+            if self.test or not self.old_heldout(x["query"], x["calls"]):
                 return x
         raise RuntimeError("no training example outside the old held-out templates")
 
@@ -467,16 +485,20 @@ def meaningful_words():
 SLOT_RE = {"room": "(?:living room|lounge|kitchen|bedroom|bathroom|office|study)"}
 
 
-def _pattern(t):
+def _pattern(t, values=None):
     """A regex for an old held-out template: its fixed words in order, a non-empty value for
-    each slot (a room name for {room}), anywhere in the query (wrappers around it)."""
+    each slot (a room name for {room}; with `values`, a free-text slot is one of the query's
+    own values of that argument, quoted or not), anywhere in the query (wrappers around it)."""
     out = ""
     for k, piece in enumerate(re.split(r"(\{\w+\})", t.lower().rstrip(".?!"))):
-        if k % 2:
+        if k % 2 and values and values.get(piece[1:-1]):
+            out += "(?:%s)" % "|".join('"?%s"?' % re.escape(v) for v in values[piece[1:-1]])
+        elif k % 2:
             out += SLOT_RE.get(piece[1:-1], ".+?")
         else:
             out += re.escape(piece)
-    return re.compile(r"(?:^|\W)" + out + r"(?:\W|$)")
+    return r"(?:^|\W)" + out + r"(?:\W|$)" if values else \
+        re.compile(r"(?:^|\W)" + out + r"(?:\W|$)")
 
 
 _PATTERNS = []
@@ -508,17 +530,46 @@ def matches_old_heldout(q, off_topic=False):
     return any(p.search(q) for _, p in pats)
 
 
-def check_contamination(train_rows, old_queries):
-    """(training queries equal to an old held-out query, {old template: training matches})."""
+FREE_ARGS = ("to", "body", "city", "label")
+
+
+def old_heldout_hits(q, calls):
+    """Round 13's guard: the old held-out templates a tool query contains, a free-text slot
+    ({to}, {body}, {city}, {label}) standing for one of this query's own values of that argument
+    (a template whose free slot has no such value cannot be in it). The plain patterns let any
+    text fill a slot, so "tell {to} {body}" matched every "tell X Y": "tell Anna that ...", a
+    training core, and "tell me the weather in ..." never reached training, and "tell" was
+    never a message verb (45 of the 60 v2-file queries with it got [] from round 12)."""
+    q = q.lower()
+    vals = {k: [str(c["arguments"][k]).lower() for c in calls if k in c["arguments"]]
+            for k in FREE_ARGS}
+    hits = []
+    for t, p in old_heldout_patterns():
+        slots = [s for s in re.findall(r"\{(\w+)\}", t) if s in FREE_ARGS]
+        if not slots:
+            if p.search(q):
+                hits.append(t)
+        elif all(vals[s] for s in slots) and re.search(_pattern(t, vals), q):
+            hits.append(t)
+    return hits
+
+
+def check_contamination(train_rows, old_queries, by_values=False):
+    """(training queries equal to an old held-out query, {old template: training matches});
+    by_values: tool queries checked as round 13's guard checks them (old_heldout_hits)."""
     old = {q.lower().rstrip(".?!") for q in old_queries}
     same = sum(1 for x in train_rows if x["query"].lower().rstrip(".?!") in old)
     pats = old_heldout_patterns()
     hits = {}
     for x in train_rows:
         q = x["query"].lower()
-        for t, p in (pats if x["calls"] else old_offtopic_patterns()):
-            if p.search(q):
-                hits[t] = hits.get(t, 0) + 1
+        if by_values and x["calls"]:
+            found = old_heldout_hits(q, x["calls"])
+        else:
+            found = [t for t, p in (pats if x["calls"] else old_offtopic_patterns())
+                     if p.search(q)]
+        for t in found:
+            hits[t] = hits.get(t, 0) + 1
     return same, hits
 
 

@@ -68,6 +68,7 @@ class Noise:
         self.tails = [t for t in TAILS if ok(t)]
         self.scenes = [s for s in SCENES if ok(s)]
         self.ok = ok
+        self.no_insert_before = set()  # words no filler goes right before (compose.py, more)
 
     def pick(self, items):
         return items[self.r.randrange(len(items))]
@@ -88,7 +89,9 @@ class Noise:
             k = self.r.random()
             if k < 0.6:
                 gaps = [i for i in range(len(ws) + 1)
-                        if not any(s in w for s in FREE_SLOTS for w in ws[max(0, i - 1):i + 1])]
+                        if not any(s in w for s in FREE_SLOTS for w in ws[max(0, i - 1):i + 1])
+                        and not (i < len(ws) and
+                                 ws[i].lower().strip(",.:;!?") in self.no_insert_before)]
                 if gaps:
                     ws.insert(self.pick(gaps), self.filler())
             else:

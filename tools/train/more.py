@@ -1,0 +1,196 @@
+"""More phrasings for the training side only (round 13, `data.py --gen more`).
+
+Round 12's failures on the held-out split were unseen cores and wrappers, not speed or
+regularisation (models/README.md): a 0.8 M-parameter model generalises from the phrasings it
+sees, so the lever left is more of them. Every list here is added to compose.py's training part
+of the list of the same name; the test side never draws from here, so the held-out split stays
+byte for byte what it was (data.py's test RNG is its own).
+
+Honesty of the split: these were written as ordinary ways to ask for each tool, and any core
+that contains one of compose.py's held-out cores (filled with the same placeholder values, its
+word slots over their whole lists) is dropped at import (`dropped` counts them), as is any
+wrapper part equal to a held-out one; the second generator's held-out templates are guarded
+out per query by ComposeGen.single/example as before.
+"""
+
+import random
+import re
+
+import compose
+from data import split
+
+CORES = {
+    "TIMER": [
+        "could I have {w:a_timer} for {dur}", "{dur} timer", "put {dur} on the clock",
+        "start the clock for {dur}", "I need {dur} on a timer", "count {dur} for me",
+        "countdown of {dur}", "{w:set} a countdown from {dur}", "set {dur} on {w:a_timer}",
+        "{dur} on a timer", "wake me in {dur}", "set an alarm for {dur} from now",
+        "remind me when {dur} have passed", "I'm taking a {durA} break, {w:set} {w:a_timer}",
+        "need {w:a_timer}, {dur}", "{w:set} {w:a_timer} now for {dur}",
+        "after {dur} let me know", "start a {durA} countdown", "{w:set} the {w:timer_n} to {dur}",
+        "{w:timer_n} set to {dur}", "give me {dur} on the {w:timer_n}",
+        "{w:set} {w:a_timer} that ends in {dur}", "run a {durA} {w:timer_n}",
+        "{durA} {w:timer_n} please", "{w:set} {w:a_timer} to {dur}", "a {durA} {w:timer_n}, go",
+        "one {durA} {w:timer_n}", "{w:set} {w:a_timer} for exactly {dur}", "can you time {dur}",
+        "I'd like {w:a_timer} for {dur}", "{w:set} {w:a_timer}, make it {dur}",
+        "{dur} from now, buzz me", "let me know after {dur}", "{dur} and then alert me",
+        "{w:set} {dur} on the {w:timer_n}", "I only have {dur}, {w:set} {w:a_timer}",
+        "{w:set} {w:a_timer} to count down {dur}", "alarm in {dur}", "ring me in {dur}",
+        "{w:set} {w:a_timer} please, {dur}", "a timer of {dur} please",
+        "set a countdown clock to {dur}", "{w:timer_n}, {dur}, now"],
+    "TIMER_LABEL": [
+        "{w:set} {w:a_timer} for the {label}, {dur}", "{label} in {dur}",
+        "{w:set} a {label} {w:timer_n} for {dur}", "{dur} on the {label}",
+        "{w:set} {w:a_timer} for {dur} labeled {label}",
+        "{w:set} {w:a_timer} with the label {label} for {dur}",
+        "{w:set} {w:a_timer} for {dur} with the name {label}",
+        "{w:remind} {dur} for the {label}", "{w:set} {w:a_timer} for {dur} for {label}",
+        "time the {label}: {dur}", "{w:set} {w:a_timer} for my {label} for {dur}",
+        "{dur} {w:timer_n} for the {label}", "{durA} {w:timer_n} for {label}",
+        "{label} {w:timer_n}: {dur}", "{w:set} {w:a_timer} titled {label} for {dur}",
+        "{w:set} {w:a_timer}, {dur}, label {label}", "{w:set} {w:a_timer} for {dur}, name it {label}",
+        "{w:timer_n} for the {label}, {dur}", "the {label} takes {dur}, {w:set} {w:a_timer}",
+        "{w:set} {w:a_timer} labelled {label} for {dur}", "{w:set} {w:a_timer} for {label}: {dur}",
+        "give the {label} {dur}", "{dur} for my {label}", "{w:set} {w:a_timer} called {label}, {dur}",
+        "start the {label} {w:timer_n}, {dur}", "a {durA} {w:timer_n} for the {label}"],
+    "LIGHTS_ON": [
+        "could the {room} {w:lights} come on", "{w:lights} on, {room}",
+        "I'm in the {room}, {w:turn_on} the {w:lights}", "{w:turn_on} all the {w:lights} in the {room}",
+        "switch the {room} {w:lights} on", "turn the {room} {w:lights} on",
+        "put the {w:lights} on in the {room}", "get the {room} {w:lights} going",
+        "can you light the {room}", "I can't see in the {room}", "illuminate the {room}",
+        "the {room} needs light", "the {room} {w:lights} should be on",
+        "{w:turn_on} the {room} {w:lights} for me", "{w:lights} on for the {room}",
+        "activate the {room} {w:lights}", "enable the {w:lights} in the {room}",
+        "{room} {w:lights} on now", "need the {w:lights} on in the {room}",
+        "the {room} is too dark", "{w:turn_on} the {w:lights}, {room}",
+        "light the {room} up", "{w:turn_on} the {w:lights} in the {room} now"],
+    "LIGHTS_OFF": [
+        "switch the {room} {w:lights} off", "turn the {room} {w:lights} off",
+        "put the {w:lights} out in the {room}", "{w:lights} off, {room}",
+        "kill the {w:lights} in the {room}", "{w:turn_off} all the {w:lights} in the {room}",
+        "the {room} {w:lights} can go off", "no more light in the {room}",
+        "deactivate the {room} {w:lights}", "disable the {w:lights} in the {room}",
+        "I'm done in the {room}, {w:turn_off} the {w:lights}", "{w:lights} off for the {room}",
+        "the {room} {w:lights} should be off", "{w:turn_off} the {room} {w:lights} for me",
+        "the {room} {w:lights} are still on, {w:turn_off} them",
+        "you can {w:turn_off} the {room} {w:lights}", "we don't need light in the {room}",
+        "black out the {room}", "{room} {w:lights} off now", "{w:turn_off} the {w:lights}, {room}",
+        "nobody needs the {room} {w:lights}", "{w:turn_off} the {w:lights} in the {room} now"],
+    "LIGHTS_DIM": [
+        "{w:dim} the {room} {w:lights} down to {bright}", "{w:dim} the {room} {w:lights} up to {bright}",
+        "{room} {w:lights}, {bright}", "set the {room} to {bright} brightness",
+        "{bright} brightness in the {room}", "{w:lights} at {bright} in the {room}",
+        "put the {room} {w:lights} on {bright}", "turn the {room} {w:lights} to {bright}",
+        "{w:dim} {w:lights} in the {room} to {bright}", "could the {room} {w:lights} be at {bright}",
+        "{room} {w:lights} {bright} please", "change the {room} brightness to {bright}",
+        "{w:dim} the brightness in the {room} to {bright}", "{room} {w:lights}: {bright}",
+        "I want {bright} in the {room}", "make it {bright} in the {room}",
+        "{w:lights} to {bright} in the {room}", "{room} {w:lights} at {bright} now",
+        "set the {w:lights} in the {room} at {bright}", "the {room} at {bright}, please"],
+    "WEATHER": [
+        "is it hot in {city}", "how's the {w:weather} in {city}", "weather update for {city}",
+        "any snow in {city}", "is it cloudy in {city}", "what's it like outside in {city}",
+        "how's the sky in {city}", "what's the {w:weather} doing in {city}",
+        "is it going to rain in {city}", "{city} {w:weather} please", "{w:weather} report for {city}",
+        "check {city} for rain", "can you check the {w:weather} in {city}",
+        "I'm flying to {city}, how's the {w:weather}", "how warm is it in {city}",
+        "is it chilly in {city}", "how hot is {city} right now", "is it dry in {city}",
+        "what's the {w:weather} looking like in {city}", "{w:weather} at {city}",
+        "how is the {w:weather} in {city} now", "{w:tell} the {w:weather} conditions in {city}",
+        "do you know the {w:weather} in {city}", "is it raining or sunny in {city}",
+        "what's the humidity in {city}", "how much rain in {city}", "give me {city}'s {w:weather}",
+        "{w:weather} check for {city}", "is it clear in {city}", "wind in {city}?",
+        "temperature in {city} right now", "get me the {w:weather} for {city}",
+        "should I take a jacket to {city}", "what's the {w:weather} in {city} at the moment",
+        "my sister lives in {city}, how's the {w:weather} there", "{city}, {w:weather} please",
+        "is the {w:weather} good in {city}", "is it bad out in {city}"],
+    "MESSAGE": [
+        "send {to} the message {body}", "send a message to {to}: {body}",
+        "drop {to} a text {w:say} {body}", "drop {to} a line: {body}",
+        "can you let {to} know that {body}", "shoot {to} a text: {body}",
+        "text {to} real quick: {body}", "send {to} this message: {body}",
+        "write to {to} {w:say} {body}", "notify {to} that {body}", "let {to} know via text: {body}",
+        "{to} gets a text: {body}", "a text to {to}: {body}",
+        "send over a text to {to} {w:say} {body}", "give {to} a text {w:say} {body}",
+        "send a text message to {to} {w:say} {body}", "{w:text} {to} asking {body}",
+        "text my friend {to}: {body}", "compose a text to {to}: {body}",
+        "a quick message to {to} {w:say} {body}", "shoot {to} a message {w:say} {body}",
+        "can you message {to} {w:say} {body}", "{w:text} {to} the following: {body}",
+        "let {to} know by text {body}", "update {to}: {body}", "{w:text} {to}, {body}",
+        "send {to} a quick note: {body}", "message to {to} {w:say} {body}",
+        "I need to text {to}: {body}", "text {to} for me: {body}"],
+    "LOOKALIKES": [
+        "set a reminder for {clock}", "what time does the sun set in {city}",
+        "turn on the {room} heater", "is the {room} light on", "how many lights are in the {room}",
+        "call {name} back", "facetime {name}", "what's {name}'s number", "add {name} to contacts",
+        "send a postcard to {name}", "write a letter to {name}", "how long should I boil an egg",
+        "countdown to christmas", "what's the time", "turn the {room} music off",
+        "open the garage", "start the dishwasher", "take a photo", "set the {room} fan to {n}",
+        "is it {n} degrees outside", "what's the weather usually like in {city} in summer",
+        "fix the {room} light", "how much does a timer cost", "change the {room} bulb",
+        "text messages from {name}", "what did {name} say", "record a message for {name}",
+        "set my status to busy", "start a stopwatch", "how long ago was {clock}"],
+    "OPENERS": ["hey there, ", "I was wondering if you could ", "do me a favor and ",
+                "assistant, ", "yes, ", "good evening, ", "morning, ", "listen, ",
+                "could you please ", "can you please ", "please could you ", "when you can, ",
+                "I'd appreciate it if you could ", "would you mind, ", "hey buddy, "],
+    "HEDGES": ["probably ", "quickly ", "ok ", "you know, ", "like ", "um, ", "just "],
+    "SUFFIXES": [" please?", " thanks a lot", " if that's ok", " ta", " appreciate it",
+                 " no rush", " right away", " immediately", " for now", " thank u"],
+    "CONTEXTS": ["I'm tired. ", "Long day. ", "Hey. ", "It's Monday. ", "I'm back. ",
+                 "Kids are asleep. ", "Quick one. ", "Got a minute? ", "I'm on my way. ",
+                 "Good evening. ", "I'm making tea. ", "We have guests. ", "I'm working late. ",
+                 "Morning. ", "Okay. "],
+    "JOINERS": [" and please ", ", after that ", ". Plus ", " and can you ", ". Oh, and ",
+                ", as well as ", "; also ", " and next "],
+}
+
+# Placeholder values that fill a held-out core and an extra core alike for the check.
+PLACE = {"dur": "5 minutes", "durA": "5 minute", "label": "soup", "room": "kitchen",
+         "bright": "50%", "city": "Paris", "to": "Anna", "body": "see you soon",
+         "clock": "7am", "name": "Anna", "n": "21", "city2": "Rome", "color": "blue"}
+
+
+def held_regex(t):
+    """A held-out core with placeholder values, each word slot any word of its whole list."""
+    out = ""
+    for k, piece in enumerate(re.split(r"(\{[\w:]+\})", t.rstrip(".?!"))):
+        if k % 2 == 0:
+            out += re.escape(piece.lower())
+        elif piece.startswith("{w:"):
+            out += "(?:%s)" % "|".join(re.escape(w.lower()) for w in compose.WORDS[piece[3:-1]])
+        else:
+            out += re.escape(PLACE[piece[1:-1]].lower())
+    return re.compile(r"(?:^|\W)" + out + r"(?:\W|$)")
+
+
+def instances(t, rng, k=40):
+    """k fillings of a core with the placeholder values and random words of the whole lists."""
+    out = set()
+    for _ in range(k):
+        s = re.sub(r"\{w:(\w+)\}", lambda m: rng.choice(compose.WORDS[m.group(1)]), t)
+        out.add(re.sub(r"\{(\w+)\}", lambda m: PLACE[m.group(1)], s).lower())
+    return out
+
+
+def training_lists():
+    """{id(compose list): its training part + the extras that contain no held-out core}."""
+    rng = random.Random(0)
+    held = [held_regex(t) for name in CORES if name.isupper() and name not in WRAPPERS
+            for t in split(getattr(compose, name), True)]
+    out, dropped = {}, 0
+    for name, extra in CORES.items():
+        base = getattr(compose, name)
+        if name in WRAPPERS:
+            keep = [e for e in extra if e not in split(base, True)]
+        else:
+            keep = [e for e in extra
+                    if not any(h.search(q) for q in instances(e, rng) for h in held)]
+        dropped += len(extra) - len(keep)
+        out[id(base)] = split(base, False) + keep
+    return out, dropped
+
+
+WRAPPERS = ("OPENERS", "HEDGES", "SUFFIXES", "CONTEXTS", "JOINERS")
+LISTS, dropped = training_lists()
