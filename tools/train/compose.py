@@ -242,11 +242,12 @@ class ComposeGen(data.Gen):
             held = [h for lst in (OPENERS, HEDGES, SUFFIXES, CONTEXTS, JOINERS)
                     for h in split(lst, True)]
             self.noise = noise.Noise(rng, self.dict, held, meaningful_words())
-        # Round 13: more.py's extra phrasings join the training parts (never the test side).
+        # Round 13: more.py's extra phrasings join the training parts (never the test side);
+        # more=14 adds round 14's (more.CORES14) to them.
         self.more = {}
         if more and not test:
             import more as more_phrasings
-            self.more = more_phrasings.LISTS
+            self.more = more_phrasings.LISTS14 if more == 14 else more_phrasings.LISTS
             if self.noisy:
                 # No filler right before a timer noun: "set a thoroughly timer" (no label)
                 # taught that a word there is noise, so "soup timer, ..." lost its label
@@ -255,11 +256,11 @@ class ComposeGen(data.Gen):
                                                WORDS["a_timer"]}
 
     def part(self, items):
-        """A wrapper part: test-only parts on the test side, training parts otherwise."""
+        """A core or a wrapper part of list `items`: its test-only entries on the test side,
+        its training entries (with more.py's extras) otherwise."""
         return self.pick(self.more.get(id(items)) or split(items, self.test))
 
-    def core(self, items):
-        return self.pick(self.more.get(id(items)) or split(items, self.test))
+    core = part  # a core (what is asked) and a wrapper part are drawn alike
 
     def words_in(self, t):
         t = re.sub(r"\{w:(\w+)\}", lambda m: self.pick(self.wr[m.group(1)]), t)
@@ -486,9 +487,10 @@ SLOT_RE = {"room": "(?:living room|lounge|kitchen|bedroom|bathroom|office|study)
 
 
 def _pattern(t, values=None):
-    """A regex for an old held-out template: its fixed words in order, a non-empty value for
-    each slot (a room name for {room}; with `values`, a free-text slot is one of the query's
-    own values of that argument, quoted or not), anywhere in the query (wrappers around it)."""
+    """A compiled regex for an old held-out template: its fixed words in order, a non-empty
+    value for each slot (a room name for {room}; with `values`, a free-text slot is one of the
+    query's own values of that argument, quoted or not), anywhere in the query (wrappers
+    around it)."""
     out = ""
     for k, piece in enumerate(re.split(r"(\{\w+\})", t.lower().rstrip(".?!"))):
         if k % 2 and values and values.get(piece[1:-1]):
@@ -497,8 +499,7 @@ def _pattern(t, values=None):
             out += SLOT_RE.get(piece[1:-1], ".+?")
         else:
             out += re.escape(piece)
-    return r"(?:^|\W)" + out + r"(?:\W|$)" if values else \
-        re.compile(r"(?:^|\W)" + out + r"(?:\W|$)")
+    return re.compile(r"(?:^|\W)" + out + r"(?:\W|$)")
 
 
 _PATTERNS = []
@@ -549,7 +550,7 @@ def old_heldout_hits(q, calls):
         if not slots:
             if p.search(q):
                 hits.append(t)
-        elif all(vals[s] for s in slots) and re.search(_pattern(t, vals), q):
+        elif all(vals[s] for s in slots) and _pattern(t, vals).search(q):
             hits.append(t)
     return hits
 

@@ -174,13 +174,14 @@ def instances(t, rng, k=40):
     return out
 
 
-def training_lists():
-    """{id(compose list): its training part + the extras that contain no held-out core}."""
+def training_lists(cores, start=None):
+    """{id(compose list): its training part (or start's list) + the extras of `cores` that
+    contain no held-out core of any list named in CORES}, and how many extras were dropped."""
     rng = random.Random(0)
     held = [held_regex(t) for name in CORES if name.isupper() and name not in WRAPPERS
             for t in split(getattr(compose, name), True)]
-    out, dropped = {}, 0
-    for name, extra in CORES.items():
+    out, dropped = dict(start or {}), 0
+    for name, extra in cores.items():
         base = getattr(compose, name)
         if name in WRAPPERS:
             keep = [e for e in extra if e not in split(base, True)]
@@ -188,9 +189,51 @@ def training_lists():
             keep = [e for e in extra
                     if not any(h.search(q) for q in instances(e, rng) for h in held)]
         dropped += len(extra) - len(keep)
-        out[id(base)] = split(base, False) + keep
+        out[id(base)] = (start[id(base)] if start else split(base, False)) + keep
     return out, dropped
 
 
 WRAPPERS = ("OPENERS", "HEDGES", "SUFFIXES", "CONTEXTS", "JOINERS")
-LISTS, dropped = training_lists()
+LISTS, dropped = training_lists(CORES)
+
+# Round 14 (`data.py --gen more14`): round 13's failures on both held-out files, by kind
+# (models/README.md): a label before the timer noun was dropped ("soup timer, 10 minutes"):
+# only 7 of ~50 labelled cores put it there while "a kitchen timer", "a quick timer" taught
+# that a word before "timer" is no label; "tell <name> <body>" was off-topic (the training
+# side's "tell" was "tell me ..." but for two message cores); other room and contact requests
+# ("open the curtains in the <room>", "call <name> on speaker") were taken for lights and
+# weather. These are more ordinary phrasings of the same kinds, checked like round 13's.
+CORES14 = {
+    "TIMER_LABEL": [
+        "{w:set} the {label} {w:timer_n} for {dur}", "{w:set} my {label} {w:timer_n} for {dur}",
+        "{label} {w:timer_n} for {dur} please", "{label} {w:timer_n} of {dur}",
+        "{label} {w:timer_n} lasting {dur}", "I need a {label} {w:timer_n} for {dur}",
+        "a {label} {w:timer_n} for {dur}", "{label} {w:timer_n} set for {dur}",
+        "new {label} {w:timer_n}: {dur}", "quick {label} {w:timer_n} for {dur}",
+        "{w:set} a {label} {w:timer_n} that runs {dur}", "{label} {w:timer_n} to {dur}",
+        "{dur} on my {label} {w:timer_n}", "start a {label} {w:timer_n} now, {dur}",
+        "my {label} {w:timer_n} needs {dur}", "one {label} {w:timer_n}: {dur}",
+        "{w:set} {w:a_timer} marked {label} for {dur}", "{w:set} {w:a_timer} dubbed {label}: {dur}",
+        "{label} {w:timer_n} going for {dur}", "the {label} {w:timer_n} is {dur}"],
+    "MESSAGE": [
+        "tell {to}: {body}", "tell {to}, {body}", "tell {to} this: {body}",
+        "tell {to} the following: {body}", "tell {to} by text that {body}",
+        "tell {to} in a text: {body}", "go tell {to} that {body}", "tell {to} from me: {body}",
+        "tell {to} for me that {body}", "let {to} know {body}", "inform {to} that {body}",
+        "tell {to} in a message that {body}", "tell {to} quickly: {body}"],
+    "LOOKALIKES": [
+        "close the blinds in the {room}", "open the {room} window", "lock the {room} door",
+        "draw the curtains in the {room}", "is the {room} window open", "vacuum the {room}",
+        "shut the {room} door", "paint the {room}", "clean the {room}",
+        "call {name}", "ring {name} please", "give {name} a call", "phone {name} at home",
+        "dial {name}", "video call {name}", "put {name} on hold", "call {name} on my mobile",
+        "directions to {city}", "how do I get to {city}", "book a hotel in {city}",
+        "flights to {city}", "what time is it in {city}", "I'm moving to {city}",
+        "how far is {city}", "what's the population of {city}", "read my messages",
+        "did {name} text me", "block {name}", "what's {name}'s address"],
+    "WEATHER": [
+        "will I need a coat in {city}", "do I need sunscreen in {city}",
+        "is it umbrella weather in {city}", "should I bring a jacket in {city}",
+        "will it be sunny in {city}", "how cold is {city}"],
+}
+LISTS14, dropped14 = training_lists(CORES14, LISTS)
