@@ -611,7 +611,7 @@ def main():
     ap.add_argument("--test", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gen", default="compose",
-                    choices=["compose", "noisy", "more", "more14", "v2"],
+                    choices=["compose", "noisy", "more", "more14", "more15", "v2"],
                     help="compose: the compositional generator (compose.py); v2: this file's "
                          "templates (the second demo model's data)")
     ap.add_argument("--old-heldout", default=os.path.join(ROOT, "models", "needle-demo.heldout-v2.json"),
@@ -625,8 +625,9 @@ def main():
         rng = random.Random(args.seed * 1000 + int(test))
         if args.gen != "v2":
             import compose
-            g = compose.ComposeGen(rng, test, args.gen in ("noisy", "more", "more14"),
-                                   {"more": True, "more14": 14}.get(args.gen, False))
+            g = compose.ComposeGen(rng, test, args.gen.startswith(("noisy", "more")),
+                                   {"more": True, "more14": 14, "more15": 15}.get(args.gen,
+                                                                                  False))
         else:
             g = Gen(rng, test)
         rows = [g.example() for _ in range(n)]
@@ -644,7 +645,7 @@ def main():
             for x in old:
                 f.write(json.dumps(x) + "\n")
         same, hits = compose.check_contamination(train_rows, [x["query"] for x in old],
-                                                 args.gen in ("more", "more14"))
+                                                 args.gen.startswith("more"))
         print("old held-out (%s): %d training queries equal one of its %d; training queries "
               "matching its held-out templates: %s" % (args.old_heldout, same, len(old),
                                                         json.dumps(hits) if hits else "none"))

@@ -237,3 +237,9 @@ CORES14 = {
         "will it be sunny in {city}", "how cold is {city}"],
 }
 LISTS14, dropped14 = training_lists(CORES14, LISTS)
+
+# Round 15 (`--gen more15`): round 14 without its eight lookalikes about a city ("flights to
+# {city}", "how far is {city}", ...). Round 14's "Do I need an umbrella in {city}?" went back
+# to [] (44 v2-file queries); this tests whether those lookalikes were the cause.
+CORES15 = dict(CORES14, LOOKALIKES=[t for t in CORES14["LOOKALIKES"] if "{city}" not in t])
+LISTS15, dropped15 = training_lists(CORES15, LISTS)

@@ -24,7 +24,8 @@
 # generator, default compose; noisy = compose.py with noise.py's word noise and composed
 # wrappers, round 5; more = noisy plus more.py's training-only phrasings, the value-exact guard
 # of the old held-out templates and no filler before a timer noun, round 13; more14 = more
-# plus more.CORES14, round 14, tried, not shipped), WD (AdamW weight decay, default 0.01; round 5 tried 0.1),
+# plus more.CORES14, round 14, tried, not shipped; more15 = more14 without its city
+# lookalikes), WD (AdamW weight decay, default 0.01; round 5 tried 0.1),
 # GEOMETRY (train.py --geometry: key=value pairs over the demo geometry, e.g. num_layers=8;
 # default none), THREADS (torch threads per worker, default 1: two OpenMP threads ran a step
 # 2x slower than one, even on the idle machine), WORKERS (default nproc), MINUTES (wall-clock budget of the training step, default 53; 0 = steps
