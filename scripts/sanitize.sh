@@ -19,7 +19,7 @@
 #   tsan  ThreadSanitizer: the threading tests (threads:*, team:*, and the api tests that use
 #         threads). oneTBB is not instrumented, so TSan cannot see its internal synchronisation:
 #         the threading tests cap the threads at one under TSan (why: scripts/tsan.supp, which
-#         needs no suppression); the thread team (src/core/team.cpp) is our code and its tests
+#         holds one oneTBB-internal suppression); the thread team (src/core/team.cpp) is our code and its tests
 #         run it with 2-4 threads.
 #
 # Environment: NEEDLE_ASAN_BUILD (default ./build-asan), NEEDLE_TSAN_BUILD (./build-tsan),
