@@ -243,11 +243,12 @@ class ComposeGen(data.Gen):
                     for h in split(lst, True)]
             self.noise = noise.Noise(rng, self.dict, held, meaningful_words())
         # Round 13: more.py's extra phrasings join the training parts (never the test side);
-        # more=14 and 15 add rounds 14's and 15's (more.CORES14, CORES15) to them.
+        # more=14, 15 and 16 add rounds 14's, 15's and 16's (more.CORES14, CORES15, CORES16).
         self.more = {}
         if more and not test:
             import more as more_phrasings
-            self.more = {14: more_phrasings.LISTS14, 15: more_phrasings.LISTS15}.get(
+            self.more = {14: more_phrasings.LISTS14, 15: more_phrasings.LISTS15,
+                         16: more_phrasings.LISTS16}.get(
                 more, more_phrasings.LISTS)
             if self.noisy:
                 # No filler right before a timer noun: "set a thoroughly timer" (no label)
