@@ -16,6 +16,7 @@
 #include "container/cact_v2.h"
 #include "core/bytes.h"
 #include "core/error.h"
+#include "fixtures.h"
 
 using needle::ContainerV2;
 using needle::DType;
@@ -26,7 +27,7 @@ using Bytes = std::vector<uint8_t>;
 
 namespace {
 
-const std::string kV2Dir = std::string(NEEDLE_FIXTURES_DIR) + "/v2/";
+const std::string kV2Dir = fixtures::v2("");  // honours $NEEDLE_FIXTURES
 const char *const kModels[] = {"tiny", "odd", "ternary", "needle2"};
 
 Bytes read_bytes(const std::string &path) {

@@ -19,6 +19,7 @@
 
 #include "core/bytes.h"
 #include "core/error.h"
+#include "fixtures.h"
 #include "tokenizer/tokenizer.h"
 
 using needle::PieceType;
@@ -39,7 +40,7 @@ template <> struct StringMaker<std::vector<uint32_t>> {
 
 namespace {
 
-const std::string kFixtures = std::string(NEEDLE_FIXTURES_DIR) + "/v2/";
+const std::string kFixtures = fixtures::v2("");  // honours $NEEDLE_FIXTURES
 const char *const kMeta = "\xE2\x96\x81";  // U+2581
 const char *const kFFFD = "\xEF\xBF\xBD";  // U+FFFD
 

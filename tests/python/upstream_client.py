@@ -89,6 +89,9 @@ def run_loop(lib, functions, query, max_steps=8):
 
 def main():
     lib_path, model_path = sys.argv[1], sys.argv[2]
+    if os.environ.get("NEEDLE_FIXTURES"):
+        # The C++ tests' override (tests/fixtures.h): the fixtures live elsewhere.
+        model_path = os.path.join(os.environ["NEEDLE_FIXTURES"], "v2", "models", "tiny.cact")
     if len(sys.argv) > 3 and sys.argv[3] == "--builtin":
         # Child process: upstream's client with no weights= (no needle_load, no NEEDLE_MODEL)
         # runs the built-in demo model (issue 10), which calls its timer tool.
