@@ -129,6 +129,11 @@ int run_chat(needle_model *model, const char *tools_path, const char *tools_text
         /* A turn that failed (success:false: truncated, schema_violation, ...) still prints its
          * envelope, but exits 1 like a failed generation, so `needle-run ... && act` is safe. */
         if (strstr(out, "\"success\":false")) rc = 1;
+        /* The library's message says "call reset" (a conversation's remedy); one turn here has
+         * only its token budget to shorten. */
+        if (strstr(out, "\"error_code\":\"context_full\""))
+            fprintf(stderr, "needle-run: the turn filled the model's context (max_seq_len); a smaller "
+                            "--max-tokens ends it as truncated instead\n");
     } else {
         fprintf(stderr, "needle-run: complete: %s (%s)\n", needle_last_error(), needle_status_string(st));
         rc = 1;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "child_util.h"
+#include "fixtures.h"
 
 namespace {
 
@@ -200,6 +201,24 @@ TEST_CASE("needle-run: a --tools file with a NUL byte is refused naming its offs
     INFO(bom.output);
     CHECK(bom.status == 0);
     CHECK(bom.output.find("\"name\": \"set_timer\"") != std::string::npos);
+}
+
+TEST_CASE("needle-run: a turn that fills the context says which flag shortens it") {
+    // The library's message ends "call reset" (a conversation's remedy), which a one-turn CLI user
+    // cannot do. The random-weight fixture model never closes a call, so the turn runs into
+    // max_seq_len.
+    const Run r = needle_run({"--model", fixtures::v2("models/tiny.cact"), "--tools", NEEDLE_CHAT_TOOLS,
+                              "--max-tokens", "100000", "hi"});
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("\"error_code\": \"context_full\"") != std::string::npos);
+    CHECK(r.output.find("needle-run: the turn filled the model's context (max_seq_len); a smaller --max-tokens "
+                        "ends it as truncated instead\n") != std::string::npos);
+    // Within the budget the same turn ends truncated, without the hint.
+    const Run t = needle_run({"--model", fixtures::v2("models/tiny.cact"), "--tools", NEEDLE_CHAT_TOOLS,
+                              "--max-tokens", "8", "hi"});
+    CHECK(t.output.find("\"error_code\": \"truncated\"") != std::string::npos);
+    CHECK(t.output.find("a smaller --max-tokens") == std::string::npos);
 }
 
 TEST_CASE("needle-run: --tools naming a directory says so") {
