@@ -252,6 +252,8 @@ LISTS15, dropped15 = training_lists(CORES15, LISTS)
 # ROOM lights on" with [] (round 13 was right); "it's dark" meant off: more darkness phrasings.
 # Weather: "how's CITY today" was []. Wrappers: a held-out context sentence ("Just got home.")
 # became the city or the recipient: more context sentences, more sign-offs.
+# Result (models/README.md): messages +22 / +11 points, but room and contact statements got
+# calls ("the kitchen lights are broken" -> set_lights): the v2 file's [] fell to 92%; not shipped.
 NEW16 = {
     "MESSAGE": [
         "ping {to} {body}", "message {to} {body}", "sms {to} {body}", "whatsapp {to} {body}",
