@@ -129,11 +129,16 @@ int run_chat(needle_model *model, const char *tools_path, const char *tools_text
         /* A turn that failed (success:false: truncated, schema_violation, ...) still prints its
          * envelope, but exits 1 like a failed generation, so `needle-run ... && act` is safe. */
         if (strstr(out, "\"success\":false")) rc = 1;
-        /* The library's message says "call reset" (a conversation's remedy); one turn here has
-         * only its token budget to shorten. */
-        if (strstr(out, "\"error_code\":\"context_full\""))
-            fprintf(stderr, "needle-run: the turn filled the model's context (max_seq_len); a smaller "
-                            "--max-tokens ends it as truncated instead\n");
+        /* The library's message says "call reset" (a conversation's remedy), which one turn here
+         * cannot use. When the model itself wrote until the context was full (not a query too
+         * long to start), say so: the query does not suit the model. */
+        needle_chat_stats cs;
+        cs.struct_size = sizeof cs;
+        if (strstr(out, "\"error_code\":\"context_full\"") && needle_chat_last_stats(chat, &cs) == NEEDLE_OK &&
+            cs.generated_tokens > 0)
+            fprintf(stderr, "needle-run: the model wrote %u tokens without closing its call and filled the "
+                            "context (max_seq_len); rephrase the query (--max-tokens N stops such a turn sooner)\n",
+                    cs.generated_tokens);
     } else {
         fprintf(stderr, "needle-run: complete: %s (%s)\n", needle_last_error(), needle_status_string(st));
         rc = 1;

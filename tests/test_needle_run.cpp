@@ -212,13 +212,22 @@ TEST_CASE("needle-run: a turn that fills the context says which flag shortens it
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find("\"error_code\": \"context_full\"") != std::string::npos);
-    CHECK(r.output.find("needle-run: the turn filled the model's context (max_seq_len); a smaller --max-tokens "
-                        "ends it as truncated instead\n") != std::string::npos);
+    CHECK(r.output.find(" tokens without closing its call and filled the context (max_seq_len); rephrase the "
+                        "query (--max-tokens N stops such a turn sooner)\n") != std::string::npos);
     // Within the budget the same turn ends truncated, without the hint.
     const Run t = needle_run({"--model", fixtures::v2("models/tiny.cact"), "--tools", NEEDLE_CHAT_TOOLS,
                               "--max-tokens", "8", "hi"});
     CHECK(t.output.find("\"error_code\": \"truncated\"") != std::string::npos);
-    CHECK(t.output.find("a smaller --max-tokens") == std::string::npos);
+    CHECK(t.output.find("without closing its call") == std::string::npos);
+    // A query too long to start is context_full too, but no token was written: the envelope's own
+    // message ("the query is too long ...") says it all, no hint.
+    std::string longq;
+    for (int i = 0; i < 2000; ++i) longq += "word ";
+    const Run l = needle_run({"--model", fixtures::v2("models/tiny.cact"), "--tools", NEEDLE_CHAT_TOOLS, longq});
+    INFO(l.output);
+    CHECK(l.status == 1);
+    CHECK(l.output.find("\"error_code\": \"context_full\"") != std::string::npos);
+    CHECK(l.output.find("without closing its call") == std::string::npos);
 }
 
 TEST_CASE("needle-run: --tools naming a directory says so") {
