@@ -248,7 +248,7 @@ class ComposeGen(data.Gen):
         if more and not test:
             import more as more_phrasings
             self.more = {14: more_phrasings.LISTS14, 15: more_phrasings.LISTS15,
-                         16: more_phrasings.LISTS16}.get(
+                         16: more_phrasings.LISTS16, 17: more_phrasings.LISTS17}.get(
                 more, more_phrasings.LISTS)
             if self.noisy:
                 # No filler right before a timer noun: "set a thoroughly timer" (no label)

@@ -290,3 +290,18 @@ NO16 = {"put {name} on hold"}
 CORES16 = {k: [t for t in CORES15.get(k, []) + NEW16.get(k, []) if t not in NO16]
            for k in list(CORES15) + [k for k in NEW16 if k not in CORES15]}
 LISTS16, dropped16 = training_lists(CORES16, LISTS)
+
+# Round 17 (`--gen more17`): round 16 without what taught that a room or a name alone asks for
+# a tool (its statement-style light cores and "give {to} a shout {body}"), plus lookalikes of the
+# shape of round 16's off-topic failures (a statement or request about a room that is not the
+# lights; a call, not a text, to a name).
+NO17 = {"it's too dark in the {room}", "it's pitch black in the {room}", "the {room} is pitch dark",
+        "it's gloomy in the {room}", "I can barely see in the {room}", "give {to} a shout {body}"}
+NEW17_LOOKALIKES = [
+    "the {room} heater is broken", "the {room} is noisy", "play a song in the {room}",
+    "turn the {room} TV off", "buy curtains for the {room}", "the {room} fridge is empty",
+    "the {room} smells of paint", "switch the {room} radio on", "ring {name} on the landline",
+    "call {name} on video", "the {room} lamp needs a new bulb", "is the {room} heater on"]
+CORES17 = {k: [t for t in v if t not in NO17] for k, v in CORES16.items()}
+CORES17["LOOKALIKES"] = CORES17["LOOKALIKES"] + NEW17_LOOKALIKES
+LISTS17, dropped17 = training_lists(CORES17, LISTS)
