@@ -26,7 +26,8 @@
 # of the old held-out templates and no filler before a timer noun, round 13; more14 = more
 # plus more.CORES14, round 14, tried, not shipped; more15 = more14 without its city
 # lookalikes, the shipped model; more16 = more15 plus more.NEW16 less one lookalike, round
-# 16, tried, not shipped), WD (AdamW weight decay, default 0.01; round 5 tried 0.1),
+# 16, tried, not shipped; more17 = more16 less its statement-style light cores, plus room and
+# call lookalikes, round 17, stage 1 tried), WD (AdamW weight decay, default 0.01; round 5 tried 0.1),
 # GEOMETRY (train.py --geometry: key=value pairs over the demo geometry, e.g. num_layers=8;
 # default none), THREADS (torch threads per worker, default 1: two OpenMP threads ran a step
 # 2x slower than one, even on the idle machine), WORKERS (default nproc), MINUTES (wall-clock budget of the training step, default 53; 0 = steps
