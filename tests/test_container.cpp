@@ -4,9 +4,7 @@
 
 #include <array>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,23 +28,15 @@ namespace {
 const std::string kV2Dir = fixtures::v2("");  // honours $NEEDLE_FIXTURES
 const char *const kModels[] = {"tiny", "odd", "ternary", "needle2"};
 
-Bytes read_bytes(const std::string &path) {
-    std::ifstream f(path, std::ios::binary);
-    REQUIRE_MESSAGE(f.good(), "cannot open ", path);
-    return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
 const Bytes &model_bytes(const std::string &name) {
     static std::map<std::string, Bytes> cache;
     auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, read_bytes(kV2Dir + "models/" + name + ".cact")).first;
+    if (it == cache.end()) it = cache.emplace(name, fixtures::read_bytes(kV2Dir + "models/" + name + ".cact")).first;
     return it->second;
 }
 
 nlohmann::json manifest(const std::string &name) {
-    std::ifstream f(kV2Dir + "refs/" + name + "/manifest.json");
-    REQUIRE(f.good());
-    return nlohmann::json::parse(f);
+    return fixtures::read_json(kV2Dir + "refs/" + name + "/manifest.json");
 }
 
 ContainerV2 parse(const Bytes &b) { return parse_cact_v2(b.data(), b.size()); }

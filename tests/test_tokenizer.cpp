@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -44,17 +42,8 @@ const std::string kFixtures = fixtures::v2("");  // honours $NEEDLE_FIXTURES
 const char *const kMeta = "\xE2\x96\x81";  // U+2581
 const char *const kFFFD = "\xEF\xBF\xBD";  // U+FFFD
 
-std::vector<uint8_t> read_bytes(const std::string &path) {
-    std::ifstream f(path, std::ios::binary);
-    REQUIRE_MESSAGE(f.good(), "cannot open " << path);
-    return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
-
-json read_json(const std::string &path) {
-    std::ifstream f(path);
-    REQUIRE_MESSAGE(f.good(), "cannot open " << path);
-    return json::parse(f);
-}
+using fixtures::read_bytes;
+using fixtures::read_json;
 
 // Test-local extraction of the RAW tokenizer blob (the last directory record, container-v2.md
 // §1/§4), so these tests do not depend on the container loader.
