@@ -248,14 +248,28 @@ class ComposeGen(data.Gen):
         if more and not test:
             import more as more_phrasings
             self.more = {14: more_phrasings.LISTS14, 15: more_phrasings.LISTS15,
-                         16: more_phrasings.LISTS16, 17: more_phrasings.LISTS17}.get(
-                more, more_phrasings.LISTS)
+                         16: more_phrasings.LISTS16, 17: more_phrasings.LISTS17,
+                         18: more_phrasings.LISTS17}.get(more, more_phrasings.LISTS)
+            # Round 18: some bodies open with a pronoun (more.BODY_OPENERS18, body below).
+            if more is not True and more >= 18:
+                self.body_openers = more_phrasings.BODY_OPENERS18
+                self.body_opener_share = more_phrasings.BODY_OPENER_SHARE18
             if self.noisy:
                 # No filler right before a timer noun: "set a thoroughly timer" (no label)
                 # taught that a word there is noise, so "soup timer, ..." lost its label
                 # (round 12: 43 of 43 such v2-file queries).
                 self.noise.no_insert_before = {w.split()[-1] for w in WORDS["timer_n"] +
                                                WORDS["a_timer"]}
+
+    body_openers = ()  # round 18 and later, training side only
+
+    def body(self):
+        """A message body; from round 18 (training side) a share of them open with a pronoun, so
+        that "text Anna I'm late" ends the name before "I'm"."""
+        b = super().body()
+        if self.body_openers and self.r.random() < self.body_opener_share:
+            b = self.pick(self.body_openers) + " " + b
+        return b
 
     def part(self, items):
         """A core or a wrapper part of list `items`: its test-only entries on the test side,

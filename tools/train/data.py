@@ -611,7 +611,8 @@ def main():
     ap.add_argument("--test", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gen", default="compose",
-                    choices=["compose", "noisy", "more", "more14", "more15", "more16", "more17", "v2"],
+                    choices=["compose", "noisy", "more", "more14", "more15", "more16", "more17", "more18",
+                             "v2"],
                     help="compose: the compositional generator (compose.py); v2: this file's "
                          "templates (the second demo model's data)")
     ap.add_argument("--old-heldout", default=os.path.join(ROOT, "models", "needle-demo.heldout-v2.json"),
@@ -627,7 +628,7 @@ def main():
             import compose
             g = compose.ComposeGen(rng, test, args.gen.startswith(("noisy", "more")),
                                    {"more": True, "more14": 14, "more15": 15,
-                                    "more16": 16, "more17": 17}.get(args.gen, False))
+                                    "more16": 16, "more17": 17, "more18": 18}.get(args.gen, False))
         else:
             g = Gen(rng, test)
         rows = [g.example() for _ in range(n)]

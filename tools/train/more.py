@@ -306,3 +306,13 @@ CORES17 = {k: [t for t in v if t not in NO17] for k, v in CORES16.items()}
 CORES17["LOOKALIKES"] = CORES17["LOOKALIKES"] + NEW17_LOOKALIKES
 LISTS17, dropped17 = training_lists(CORES17, LISTS)
 # Stage 1 alone (models/README.md): 72.3 / 84.1 on the round-3 split, 83.3 / 97.3 on the v2 file.
+
+# Round 18 (`--gen more18`): round 17's lists; on the training side a quarter of the message
+# bodies open with a pronoun or a first-person contraction ("I'm ...", "I'll ...", "we ...").
+# Round 17 wrote "to": "Anna I" for "text Anna I'm running late" (and "Mom I", "Dad I", "Paul
+# I'll"): its bodies opened with "I" about 3% of the time, so a capital "I" after a name read as
+# part of the name. compose.ComposeGen.body draws these openers.
+BODY_OPENERS18 = ["I'm", "I'll", "I", "I've", "I'd", "I just", "I can't", "I won't", "we're",
+                  "we'll", "we", "we've", "my", "it's", "you're", "you", "he's", "she's",
+                  "they're", "don't", "can you", "let's", "the"]
+BODY_OPENER_SHARE18 = 0.25

@@ -2,9 +2,9 @@
 # Regenerates the demo model from nothing with fixed seeds: data, tokenizer, training, export
 # (issue 10 item 7); not run in CI. Training is CPU-bound: WORKERS data-parallel processes (default
 # one per core; train.py --workers, one torch thread each) run 2.45-2.74 batch-32 steps/s on the
-# idle 2-core EPYC (before: 1.57-1.65 on one core). The shipped model's recipe (round 15,
-# below), all three stages in one run, takes ~71 minutes end to end on a built tree, export and
-# engine evaluations included (75 with the first build); the issue asks for 60, and the variant
+# idle 2-core EPYC (before: 1.57-1.65 on one core). The shipped model's recipe (round 18,
+# below), all three stages in one run, takes ~66 minutes end to end on a built tree, export and
+# engine evaluations included (~70 with the first build); the issue asks for 60, and the variant
 # sized for it (round 12-60, models/README.md: 58.5 minutes) trains a less accurate model.
 #
 #   tools/train/train.sh                # everything into build/train/
@@ -25,9 +25,12 @@
 # wrappers, round 5; more = noisy plus more.py's training-only phrasings, the value-exact guard
 # of the old held-out templates and no filler before a timer noun, round 13; more14 = more
 # plus more.CORES14, round 14, tried, not shipped; more15 = more14 without its city
-# lookalikes, the shipped model; more16 = more15 plus more.NEW16 less one lookalike, round
+# lookalikes, round 15, shipped until round 18; more16 = more15 plus more.NEW16 less one lookalike, round
 # 16, tried, not shipped; more17 = more16 less its statement-style light cores, plus room and
-# call lookalikes, round 17, stage 1 tried), WD (AdamW weight decay, default 0.01; round 5 tried 0.1),
+# call lookalikes, round 17, tried, not shipped; more18 = more17 with a quarter of the training
+# message bodies opening with a pronoun, "I'm ...", round 18, shipped), CONT_GEN (the generator of the
+# second and unseen-tools stages' data, default GEN; round 18: GEN=more17 CONT_GEN=more18),
+# WD (AdamW weight decay, default 0.01; round 5 tried 0.1),
 # GEOMETRY (train.py --geometry: key=value pairs over the demo geometry, e.g. num_layers=8;
 # default none), THREADS (torch threads per worker, default 1: two OpenMP threads ran a step
 # 2x slower than one, even on the idle machine), WORKERS (default nproc), MINUTES (wall-clock budget of the training step, default 53; 0 = steps
@@ -57,10 +60,12 @@
 # Round 12-60 is the same with STEPS=4400 CONT_STEPS=1200 ANY_STEPS=2800 (58.5 minutes).
 # Round 13 is round 12's recipe on round 13's data (72.7 minutes):
 #   GEN=more WD=0.1 MINUTES=0 CONT_STEPS=3000 ANY_STEPS=3000 ANY_DATA_SEED=3 tools/train/train.sh
-# The shipped model (round 15) is the same on round 15's data (two runs differed by 1-4 points
-# of exact calls per held-out file, cause not found: models/README.md):
-#   GEN=more15 WD=0.1 MINUTES=0 CONT_STEPS=3000 ANY_STEPS=3000 ANY_DATA_SEED=3 SHIP=1 \
-#     tools/train/train.sh
+# Round 15 is the same on round 15's data (two runs differed by 1-4 points of exact calls per
+# held-out file, cause not found: models/README.md):
+#   GEN=more15 WD=0.1 MINUTES=0 CONT_STEPS=3000 ANY_STEPS=3000 ANY_DATA_SEED=3 tools/train/train.sh
+# The shipped model (round 18): stage 1 on round 17's data, stages 2 and 3 on round 18's:
+#   GEN=more17 CONT_GEN=more18 WD=0.1 MINUTES=0 CONT_STEPS=3000 ANY_STEPS=3000 ANY_DATA_SEED=3 \
+#     SHIP=1 tools/train/train.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -109,7 +114,7 @@ CONT_SEED=${CONT_SEED:-$((SEED + 1))}
 if [ "$CONT_STEPS" -gt 0 ] && [ -z "${ANY_INIT:-}" ]; then
   echo "== 4b/5 second stage: $CONT_STEPS steps on fresh data from step $last"
   "$PY" tools/train/data.py --out "$OUT/cont" --seed "$CONT_SEED" \
-    --train "$((CONT_STEPS * 32))" --gen "$GEN"
+    --train "$((CONT_STEPS * 32))" --gen "${CONT_GEN:-$GEN}"
   "$PY" tools/train/train.py --data "$OUT" --train-file "$OUT/cont/train.jsonl" --init "$ckpt" \
     --out "$OUT/cont/ckpt.pt" --steps "$CONT_STEPS" --batch 32 --lr "${CONT_LR:-1e-3}" --warmup 50 \
     --wd "$WD" --eval-every 500 --eval-n 150 --seed "$CONT_SEED" --threads "$THREADS" \
@@ -122,7 +127,7 @@ if [ "$ANY_STEPS" -gt 0 ]; then
   ANY_DATA_SEED=${ANY_DATA_SEED:-$((CONT_SEED + 1))}
   echo "== 4c/5 unseen-tools stage: $ANY_STEPS steps from ${ANY_INIT:-$ckpt}"
   "$PY" tools/train/data.py --out "$OUT/any" --seed "$ANY_DATA_SEED" \
-    --train "${ANY_TRAIN:-$((ANY_STEPS * 32 * 3 / 5))}" --gen "$GEN"
+    --train "${ANY_TRAIN:-$((ANY_STEPS * 32 * 3 / 5))}" --gen "${CONT_GEN:-$GEN}"
   "$PY" tools/train/anytool.py --out "$OUT/any" --seed "${ANY_SEED:-1}" \
     --sets "$((ANY_STEPS * 2))" --bare "${ANY_BARE:-0.4}" --ship "$OUT/needle-demo.unseen-tools.json"
   "$PY" tools/train/train.py --data "$OUT" --train-file "$OUT/any/train.jsonl" \
