@@ -377,6 +377,7 @@ class Gen:
                       held_out(w, "name", 5) is False and held_out(w, "city") is False]
         self.off = {id(x): off_train(x) for x in (OFF_FRAMES2, OTHER_TOOLS, CHITCHAT)}
         self.dict = [w for w in dictionary_words() if w not in HELD_WORDS]
+        self.topics = TOPICS + TOPIC_PHRASES  # what off-topic frames talk about ({t})
 
     def pick(self, items):
         return items[self.r.randrange(len(items))]
@@ -417,7 +418,7 @@ class Gen:
 
     def off_topic(self):
         r = self.r.random()
-        fill = lambda t: t.replace("{t}", self.pick(TOPICS + TOPIC_PHRASES)).replace(
+        fill = lambda t: t.replace("{t}", self.pick(self.topics)).replace(
             "{city}", self.pick(self.cities) if self.test or self.r.random() < 0.5 else
             fresh_name(self.r, self.parts, self.dict)).replace(
             "{name}", self.pick(self.names) if self.test or self.r.random() < 0.5 else
@@ -612,7 +613,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gen", default="compose",
                     choices=["compose", "noisy", "more", "more14", "more15", "more16", "more17", "more18",
-                             "v2"],
+                             "more19", "v2"],
                     help="compose: the compositional generator (compose.py); v2: this file's "
                          "templates (the second demo model's data)")
     ap.add_argument("--old-heldout", default=os.path.join(ROOT, "models", "needle-demo.heldout-v2.json"),
@@ -628,7 +629,8 @@ def main():
             import compose
             g = compose.ComposeGen(rng, test, args.gen.startswith(("noisy", "more")),
                                    {"more": True, "more14": 14, "more15": 15,
-                                    "more16": 16, "more17": 17, "more18": 18}.get(args.gen, False))
+                                    "more16": 16, "more17": 17, "more18": 18,
+                                    "more19": 19}.get(args.gen, False))
         else:
             g = Gen(rng, test)
         rows = [g.example() for _ in range(n)]

@@ -316,3 +316,9 @@ BODY_OPENERS18 = ["I'm", "I'll", "I", "I've", "I'd", "I just", "I can't", "I won
                   "we'll", "we", "we've", "my", "it's", "you're", "you", "he's", "she's",
                   "they're", "don't", "can you", "let's", "the"]
 BODY_OPENER_SHARE18 = 0.25
+
+# Round 19 (`--gen more19`): round 18, and the training side's off-topic frames ("describe {t} in
+# one sentence", "play some {t}!") no longer draw the topic "umbrellas". Rounds 14, 17 and 18
+# answered the held-out "Do I need an umbrella in {city}?" with `[]` (all 27 of round 18's v2-file
+# weather misses), and ~80 off-topic training queries per stage-1 run were about umbrellas.
+NO_TOPICS19 = {"umbrellas"}
