@@ -63,7 +63,7 @@ static void usage(FILE *f) {
             "  --system TEXT    system facts for the tool-calling turn\n"
             "  --tool-choice C  auto (default), required or none\n"
             "  --threads N      worker threads (default 0 = all cores; more than the cores are clamped)\n"
-            "  --               the next argument is the prompt, even if it starts with --\n"
+            "  --               the next argument is the prompt, even if it starts with -\n"
             "A tool-calling turn decodes greedily: the sampling controls are for plain generation\n"
             "(--model without --tools), --system and --tool-choice for a turn; either misplaced is\n"
             "a usage error.\n"
@@ -137,10 +137,16 @@ int main(int argc, char **argv) {
             prompt = argv[++i];
             break;
         }
-        if (a[0] == '-' && a[1] == '-' && a[2]) {
+        if (a[0] == '-' && a[1]) {
             /* Unknown before missing: "--hello" is not an option that lacks a value. A value
-             * that is itself an option ("--model --max-tokens 5") is a missing value too. */
-            if (!value_option(a)) { fprintf(stderr, "needle-run: unknown option %s\n", a); usage(stderr); return 2; }
+             * that is itself an option ("--model --max-tokens 5") is a missing value too. A
+             * single-dash word ("-x") was taken as the prompt; a prompt that starts with '-'
+             * goes after "--". */
+            if (!value_option(a)) {
+                fprintf(stderr, "needle-run: unknown option %s (a prompt that starts with '-' goes after --)\n", a);
+                usage(stderr);
+                return 2;
+            }
             if (!has_value || value_option(argv[i + 1])) {
                 fprintf(stderr, "needle-run: %s needs a value\n", a);
                 return 2;
@@ -202,9 +208,13 @@ int main(int argc, char **argv) {
         st = needle_model_load_file(model_path, &mp, &model);
     }
     if (st != NEEDLE_OK) {
-        /* the library's message names the path when it could not open it: say it once */
-        const int named = model_path && strstr(needle_last_error(), model_path) != NULL;
-        return fail(!model_path ? "built-in model" : named ? "load" : model_path, st);
+        /* Every load error reads "load: ..."; the library's message names the path when it
+         * could not open the file, so the path is added only when it does not. */
+        char what[512];
+        if (!model_path) snprintf(what, sizeof what, "load: built-in model");
+        else if (strstr(needle_last_error(), model_path)) snprintf(what, sizeof what, "load");
+        else snprintf(what, sizeof what, "load: %s", model_path);
+        return fail(what, st);
     }
     if (tools_path || tools_text) {
         const int rc = run_chat(model, tools_path, tools_text, system, tool_choice,

@@ -108,13 +108,22 @@ TEST_CASE("needle-run: flags of the other mode are usage errors, -- ends the opt
 TEST_CASE("needle-run: an unknown option is named as unknown, an option as a value is a missing value") {
     Run r = needle_run({"--hello"});
     CHECK(r.status == 2);
-    CHECK(r.output.rfind("needle-run: unknown option --hello\n", 0) == 0);  // was "--hello needs a value"
+    CHECK(r.output.rfind("needle-run: unknown option --hello (", 0) == 0);  // was "--hello needs a value"
     r = needle_run({"--hello", "x", "hi"});
     CHECK(r.status == 2);
-    CHECK(r.output.rfind("needle-run: unknown option --hello\n", 0) == 0);
+    CHECK(r.output.rfind("needle-run: unknown option --hello (", 0) == 0);
     r = needle_run({"--model", "--max-tokens", "5", "hi"});  // was "more than one prompt given"
     CHECK(r.status == 2);
     CHECK(r.output == "needle-run: --model needs a value\n");
+    // A single-dash word was taken as the prompt ("-x" ran a turn on the text "-x").
+    for (const char *opt : {"-x", "-model", "-5"}) {
+        r = needle_run({opt, "hi"});
+        CHECK(r.status == 2);
+        CHECK(r.output.rfind(std::string("needle-run: unknown option ") + opt +
+                                 " (a prompt that starts with '-' goes after --)\n", 0) == 0);
+    }
+    r = needle_run({"--", "-5 degrees"});
+    CHECK(r.status == 0);
     r = needle_run({"hi", "--max-tokens"});
     CHECK(r.status == 2);
     CHECK(r.output == "needle-run: --max-tokens needs a value\n");
@@ -160,6 +169,7 @@ TEST_CASE("needle-run: output that cannot be written and an endless --tools file
 }
 
 TEST_CASE("needle-run: a model file that cannot be opened is named once, a damaged one by needle-run") {
+    // Both read "needle-run: load: ..." (the damaged file's line had no "load:").
     // The library's message already names a path it cannot open; needle-run named it again.
     const Run missing = needle_run({"--model", "/nonexistent-dir/m.cact", "hi"});
     CHECK(missing.status == 1);
@@ -175,7 +185,7 @@ TEST_CASE("needle-run: a model file that cannot be opened is named once, a damag
     unlink(path);
     INFO(damaged.output);
     CHECK(damaged.status == 1);
-    CHECK(damaged.output.rfind("needle-run: " + std::string(path) + ": not a .cact file", 0) == 0);
+    CHECK(damaged.output.rfind("needle-run: load: " + std::string(path) + ": not a .cact file", 0) == 0);
 }
 
 TEST_CASE("needle-run: a --tools file with a NUL byte is refused naming its offset, a UTF-8 BOM is skipped") {
