@@ -249,14 +249,16 @@ class ComposeGen(data.Gen):
             import more as more_phrasings
             self.more = {14: more_phrasings.LISTS14, 15: more_phrasings.LISTS15,
                          16: more_phrasings.LISTS16, 17: more_phrasings.LISTS17,
-                         18: more_phrasings.LISTS17, 19: more_phrasings.LISTS17}.get(
+                         18: more_phrasings.LISTS17, 19: more_phrasings.LISTS17,
+                         20: more_phrasings.LISTS20}.get(
                 more, more_phrasings.LISTS)
             # Round 18: some bodies open with a pronoun (more.BODY_OPENERS18, body below).
             if more is not True and more >= 18:
                 self.body_openers = more_phrasings.BODY_OPENERS18
                 self.body_opener_share = more_phrasings.BODY_OPENER_SHARE18
             # Round 19: off-topic frames no longer talk about umbrellas (more.NO_TOPICS19).
-            if more is not True and more >= 19:
+            # Round 19 only: round 20 keeps the umbrella topic (more.py).
+            if more == 19:
                 self.topics = [t for t in self.topics if t not in more_phrasings.NO_TOPICS19]
             if self.noisy:
                 # No filler right before a timer noun: "set a thoroughly timer" (no label)

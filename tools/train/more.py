@@ -322,3 +322,27 @@ BODY_OPENER_SHARE18 = 0.25
 # answered the held-out "Do I need an umbrella in {city}?" with `[]` (all 27 of round 18's v2-file
 # weather misses), and ~80 off-topic training queries per stage-1 run were about umbrellas.
 NO_TOPICS19 = {"umbrellas"}
+
+# Round 20 (`--gen more20`): round 18 (round 19's umbrella change dropped: its final file missed
+# the held-out umbrella template more often, not less), plus two shapes a new user's queries
+# failed on (stop 37's new-user check, not the held-out files): a time word after the city ("is
+# it going to rain in Tokyo tomorrow?" -> "city": "Tokyo tomorrow"), and questions with a year or
+# a number that ask for no tool ("who won the world cup in 2018" -> set_timer 201 s).
+NEW20 = {
+    "WEATHER": [
+        "is it going to rain in {city} tomorrow", "will it rain in {city} tonight",
+        "{w:weather} in {city} tomorrow", "what's the forecast for {city} tomorrow",
+        "forecast for {city} this weekend", "will it snow in {city} tomorrow morning",
+        "how hot will it be in {city} on Saturday", "is it going to be windy in {city} later",
+        "{w:weather} for {city} tomorrow please", "what will it be like in {city} tomorrow",
+        "{city} {w:weather} tomorrow", "any rain in {city} this afternoon"],
+    "LOOKALIKES": [
+        "who won the world cup in 2018", "who won the election in 2016", "what happened in 1969",
+        "how old was {name} in 1990", "where was {name} born", "when did {name} move to {city}",
+        "what was the population of {city} in 1900", "best movies of 2019",
+        "who was president in 1999", "is 2028 a leap year", "what's 12 times 7",
+        "how many seconds are in an hour", "count to 20", "top songs of 1985",
+        "the 2012 olympics were in {city}", "what year did {name} graduate"],
+}
+CORES20 = {k: v + NEW20.get(k, []) for k, v in CORES17.items()}
+LISTS20, dropped20 = training_lists(CORES20, LISTS)
