@@ -250,12 +250,15 @@ class ComposeGen(data.Gen):
             self.more = {14: more_phrasings.LISTS14, 15: more_phrasings.LISTS15,
                          16: more_phrasings.LISTS16, 17: more_phrasings.LISTS17,
                          18: more_phrasings.LISTS17, 19: more_phrasings.LISTS17,
-                         20: more_phrasings.LISTS20}.get(
+                         20: more_phrasings.LISTS20, 21: more_phrasings.LISTS20}.get(
                 more, more_phrasings.LISTS)
             # Round 18: some bodies open with a pronoun (more.BODY_OPENERS18, body below).
             if more is not True and more >= 18:
                 self.body_openers = more_phrasings.BODY_OPENERS18
                 self.body_opener_share = more_phrasings.BODY_OPENER_SHARE18
+            # Round 21: a share of the minute timers run past 180 minutes (duration below).
+            if more is not True and more >= 21:
+                self.wide_minutes = more_phrasings.WIDE_MINUTES_SHARE21
             # Round 19: off-topic frames no longer talk about umbrellas (more.NO_TOPICS19).
             # Round 19 only: round 20 keeps the umbrella topic (more.py).
             if more == 19:
@@ -268,6 +271,7 @@ class ComposeGen(data.Gen):
                                                WORDS["a_timer"]}
 
     body_openers = ()  # round 18 and later, training side only
+    wide_minutes = 0.0  # round 21 and later, training side only
 
     def body(self):
         """A message body; from round 18 (training side) a share of them open with a pronoun, so
@@ -316,7 +320,14 @@ class ComposeGen(data.Gen):
         if r < 0.2:
             return self.common_duration(adjective)
         if r < 0.55:
-            n = self.value(1, 180, HELD_MIN)
+            # Round 21: minutes up to the schema's 1440 as well. 181..1440 holds ~1260 values, too
+            # many to learn one by one, so x60 has to be learnt digit by digit; "122 minutes" ->
+            # 7320 ends as the held-out "22 minutes" -> 1320 does. No draw when off (rounds <= 20
+            # regenerate byte for byte).
+            if self.wide_minutes and self.r.random() < self.wide_minutes:
+                n = self.r.randint(181, 1440)
+            else:
+                n = self.value(1, 180, HELD_MIN)
             return "%s %s" % (self.number(n), self.unit("minute", n, adjective)), n * 60
         if r < 0.7:
             n = self.value(1, 300, HELD_SEC)

@@ -346,3 +346,11 @@ NEW20 = {
 }
 CORES20 = {k: v + NEW20.get(k, []) for k, v in CORES17.items()}
 LISTS20, dropped20 = training_lists(CORES20, LISTS)
+
+# Round 21 (`--gen more21`): round 20, and on the training side 30% of the minute timers draw
+# from 181..1440 minutes (the schema's 86400 s) instead of 1..180 (compose.ComposeGen.duration).
+# The held-out minute values (7, 13, 22, 35, 48, ...) were right ~30% of the time: with ~170
+# values each seen ~100 times the model learns a table, not x60; ~1260 more values, each seen a
+# few times, only fit as digit arithmetic, whose last digits ("122 min" -> 7320) are the held-out
+# values' own ("22 min" -> 1320).
+WIDE_MINUTES_SHARE21 = 0.3
