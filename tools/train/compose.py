@@ -250,7 +250,7 @@ class ComposeGen(data.Gen):
             self.more = {14: more_phrasings.LISTS14, 15: more_phrasings.LISTS15,
                          16: more_phrasings.LISTS16, 17: more_phrasings.LISTS17,
                          18: more_phrasings.LISTS17, 19: more_phrasings.LISTS17,
-                         20: more_phrasings.LISTS20, 21: more_phrasings.LISTS20}.get(
+                         20: more_phrasings.LISTS20, 21: more_phrasings.LISTS21}.get(
                 more, more_phrasings.LISTS)
             # Round 18: some bodies open with a pronoun (more.BODY_OPENERS18, body below).
             if more is not True and more >= 18:
