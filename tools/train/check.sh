@@ -15,6 +15,7 @@ export OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+"$PY" tools/train/test_fused.py | tail -1
 for m in tiny odd ternary; do
   "$PY" tools/train/test_parity.py --model "$m" --engine | tail -1
 done

@@ -95,6 +95,7 @@ cmake --build build -j2 --target needle needle-make-model
 mkdir -p "$OUT"
 
 echo "== 1/5 the PyTorch model against the fixtures and the engine"
+"$PY" tools/train/test_fused.py | tail -1
 "$PY" tools/train/test_parity.py --engine
 echo "== 2/5 data"
 "$PY" tools/train/data.py --out "$OUT" --seed "$SEED" --train "$TRAIN" --gen "$GEN"
