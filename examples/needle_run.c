@@ -239,8 +239,9 @@ int main(int argc, char **argv) {
     const double dec = res.decode_ms > 0 ? res.generated_tokens / (res.decode_ms / 1000.0) : 0.0;
     static const char *const stops[] = {"none", "end of text", "max tokens", "context full", "cancelled"};
     const char *stop = res.stop_reason < sizeof stops / sizeof stops[0] ? stops[res.stop_reason] : "?";
-    printf("[needle-run] prompt tokens %u, generated tokens %u, prefill %.1f tok/s, decode %.1f tok/s, stopped: %s\n",
-           res.prompt_tokens, res.generated_tokens, pre, dec, stop);
+    /* on stderr, as the errors: stdout carries only the generated text, for a pipe or a file */
+    fprintf(stderr, "[needle-run] prompt tokens %u, generated tokens %u, prefill %.1f tok/s, decode %.1f tok/s, stopped: %s\n",
+            res.prompt_tokens, res.generated_tokens, pre, dec, stop);
     needle_batch_free(batch);
     needle_state_free(state);
     needle_model_free(model);

@@ -69,6 +69,24 @@ TEST_CASE("needle-run: bad numeric flag values are usage errors (exit 2) naming 
     CHECK(plain.output.find(", stopped: context full\n") != std::string::npos);
 }
 
+TEST_CASE("needle-run: plain generation writes only the text to stdout, the figures to stderr") {
+    // The figures line on stdout ended up inside a piped or redirected text.
+    const std::string cmd = std::string("'") + NEEDLE_RUN + "' --model '" + NEEDLE_DEMO_MODEL +
+                            "' --max-tokens 3 hi";
+    const Run out = child_test::run_child("/bin/sh", {"-c", cmd + " 2>/dev/null"});
+    INFO(out.output);
+    CHECK(out.status == 0);
+    CHECK(!out.output.empty());
+    CHECK(out.output.back() == '\n');
+    CHECK(out.output.find("[needle-run]") == std::string::npos);
+    const Run err = child_test::run_child("/bin/sh", {"-c", cmd + " 2>&1 >/dev/null"});
+    INFO(err.output);
+    CHECK(err.status == 0);
+    CHECK(err.output.rfind("[needle-run] prompt tokens ", 0) == 0);
+    CHECK(err.output.find(", generated tokens 3, ") != std::string::npos);
+    CHECK(err.output.find(", stopped: max tokens\n") != std::string::npos);
+}
+
 TEST_CASE("needle-run: flags of the other mode are usage errors, -- ends the options") {
     // A tool-calling turn decodes greedily: sampling flags there were silently ignored, as
     // --system and --tool-choice were in plain generation.
