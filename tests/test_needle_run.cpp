@@ -204,6 +204,9 @@ TEST_CASE("needle-run: a model file that cannot be opened is named once, a damag
     INFO(damaged.output);
     CHECK(damaged.status == 1);
     CHECK(damaged.output.rfind("needle-run: load: " + std::string(path) + ": not a .cact file", 0) == 0);
+    // the status in brackets last, without brackets of its own ("(invalid ... (a model file ...))")
+    CHECK(damaged.output.find("(invalid or damaged model file or saved state)\n") != std::string::npos);
+    CHECK(damaged.output.find("))") == std::string::npos);
 }
 
 TEST_CASE("needle-run: a --tools file with a NUL byte is refused naming its offset, a UTF-8 BOM is skipped") {

@@ -186,7 +186,7 @@ const char *needle_status_string(needle_status s) {
     case NEEDLE_OK: return "ok";
     case NEEDLE_E_INVALID_ARGUMENT: return "invalid argument";
     case NEEDLE_E_IO: return "i/o error";
-    case NEEDLE_E_FORMAT: return "invalid or damaged data (a model file or a saved state)";
+    case NEEDLE_E_FORMAT: return "invalid or damaged model file or saved state";
     case NEEDLE_E_UNSUPPORTED: return "unsupported";
     case NEEDLE_E_NO_MEMORY: return "out of memory";
     case NEEDLE_E_CONTEXT_FULL: return "context full";
