@@ -113,24 +113,27 @@ int needle_train_sinkhorn_backward(const float *m, const float *gp, float *gm, l
     return 0;
 }
 
+/* dst[a] = Σ_b w[a * sa + b * sb] src[b] for rows of D floats, a, b < n: P @ X (sa = n, sb = 1)
+ * or P^T @ G (sa = 1, sb = n) for one token. */
+static void mix_rows(const float *w, int sa, int sb, const float *restrict src,
+                     float *restrict dst, int n, int D) {
+    for (int a = 0; a < n; a++) {
+        float *restrict da = dst + a * D;
+#pragma omp simd
+        for (int d = 0; d < D; d++) da[d] = 0.0f;
+        for (int b = 0; b < n; b++) {
+            const float wab = w[a * sa + b * sb], *restrict sr = src + b * D;
+#pragma omp simd
+            for (int d = 0; d < D; d++) da[d] += wab * sr[d];
+        }
+    }
+}
+
 /* Lane mix of the mHC residual (model-v2.md §5.9): out[t] = P[t] @ X[t], P [N, n, n], X and out
  * [N, n, D]. PyTorch's CPU bmm runs one tiny GEMM call per token. Returns 0. */
 int needle_train_lane_mix_forward(const float *restrict P, const float *restrict X,
                                   float *restrict out, long N, int n, int D) {
-    for (long t = 0; t < N; t++) {
-        const float *p = P + t * n * n, *x = X + t * n * D;
-        float *o = out + t * n * D;
-        for (int i = 0; i < n; i++) {
-            float *restrict oi = o + i * D;
-#pragma omp simd
-            for (int d = 0; d < D; d++) oi[d] = 0.0f;
-            for (int j = 0; j < n; j++) {
-                const float w = p[i * n + j], *restrict xj = x + j * D;
-#pragma omp simd
-                for (int d = 0; d < D; d++) oi[d] += w * xj[d];
-            }
-        }
-    }
+    for (long t = 0; t < N; t++) mix_rows(P + t * n * n, n, 1, X + t * n * D, out + t * n * D, n, D);
     return 0;
 }
 
@@ -140,8 +143,8 @@ int needle_train_lane_mix_backward(const float *restrict P, const float *restric
                                    const float *restrict G, float *restrict gP,
                                    float *restrict gX, long N, int n, int D) {
     for (long t = 0; t < N; t++) {
-        const float *p = P + t * n * n, *x = X + t * n * D, *g = G + t * n * D;
-        float *gp = gP + t * n * n, *gx = gX + t * n * D;
+        const float *x = X + t * n * D, *g = G + t * n * D;
+        float *gp = gP + t * n * n;
         for (int i = 0; i < n; i++)
             for (int j = 0; j < n; j++) {
                 const float *restrict gi = g + i * D, *restrict xj = x + j * D;
@@ -150,16 +153,7 @@ int needle_train_lane_mix_backward(const float *restrict P, const float *restric
                 for (int d = 0; d < D; d++) s += gi[d] * xj[d];
                 gp[i * n + j] = s;
             }
-        for (int j = 0; j < n; j++) {
-            float *restrict gxj = gx + j * D;
-#pragma omp simd
-            for (int d = 0; d < D; d++) gxj[d] = 0.0f;
-            for (int i = 0; i < n; i++) {
-                const float w = p[i * n + j], *restrict gi = g + i * D;
-#pragma omp simd
-                for (int d = 0; d < D; d++) gxj[d] += w * gi[d];
-            }
-        }
+        mix_rows(P + t * n * n, 1, n, g, gX + t * n * D, n, D);
     }
     return 0;
 }
