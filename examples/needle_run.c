@@ -47,6 +47,17 @@ static int output_written(int rc) {
     return rc;
 }
 
+/* The figures line of plain generation, on stderr like the errors: stdout carries only the
+ * generated text, for a pipe or a file. */
+static void print_figures(const needle_generate_result *res) {
+    const double pre = res->prefill_ms > 0 ? res->prompt_tokens / (res->prefill_ms / 1000.0) : 0.0;
+    const double dec = res->decode_ms > 0 ? res->generated_tokens / (res->decode_ms / 1000.0) : 0.0;
+    static const char *const stops[] = {"none", "end of text", "max tokens", "context full", "cancelled"};
+    const char *stop = res->stop_reason < sizeof stops / sizeof stops[0] ? stops[res->stop_reason] : "?";
+    fprintf(stderr, "[needle-run] prompt tokens %u, generated tokens %u, prefill %.1f tok/s, decode %.1f tok/s, stopped: %s\n",
+            res->prompt_tokens, res->generated_tokens, pre, dec, stop);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: needle-run [--model FILE] [--max-tokens N] [--temperature T] [--top-k K]\n"
@@ -232,16 +243,10 @@ int main(int argc, char **argv) {
     memset(&res, 0, sizeof res);
     res.struct_size = sizeof res;
     st = needle_generate(state, batch, prompt, strlen(prompt), &gp, on_token, NULL, &res);
-    printf("\n");
-    int rc = 0;
-    if (st != NEEDLE_OK && st != NEEDLE_E_CANCELLED) rc = fail("generate", st);
-    const double pre = res.prefill_ms > 0 ? res.prompt_tokens / (res.prefill_ms / 1000.0) : 0.0;
-    const double dec = res.decode_ms > 0 ? res.generated_tokens / (res.decode_ms / 1000.0) : 0.0;
-    static const char *const stops[] = {"none", "end of text", "max tokens", "context full", "cancelled"};
-    const char *stop = res.stop_reason < sizeof stops / sizeof stops[0] ? stops[res.stop_reason] : "?";
-    /* on stderr, as the errors: stdout carries only the generated text, for a pipe or a file */
-    fprintf(stderr, "[needle-run] prompt tokens %u, generated tokens %u, prefill %.1f tok/s, decode %.1f tok/s, stopped: %s\n",
-            res.prompt_tokens, res.generated_tokens, pre, dec, stop);
+    if (res.generated_tokens > 0) printf("\n");  /* ends the streamed text */
+    const int failed = st != NEEDLE_OK && st != NEEDLE_E_CANCELLED;
+    const int rc = failed ? fail("generate", st) : 0;
+    if (!failed) print_figures(&res);  /* a failed run: its error line alone */
     needle_batch_free(batch);
     needle_state_free(state);
     needle_model_free(model);

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,18 @@ TEST_CASE("needle-run: plain generation writes only the text to stdout, the figu
     CHECK(err.output.rfind("[needle-run] prompt tokens ", 0) == 0);
     CHECK(err.output.find(", generated tokens 3, ") != std::string::npos);
     CHECK(err.output.find(", stopped: max tokens\n") != std::string::npos);
+}
+
+TEST_CASE("needle-run: a plain generation that fails prints its error line alone") {
+    // It printed an empty line on stdout and a figures line ("prompt tokens 0 ... stopped: none")
+    // after the error.
+    const Run r = needle_run({"--model", NEEDLE_DEMO_MODEL, "\xff\xfe"});
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.rfind("needle-run: generate: ", 0) == 0);
+    CHECK(r.output.find("not valid UTF-8") != std::string::npos);
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+    CHECK(r.output.find("[needle-run]") == std::string::npos);
 }
 
 TEST_CASE("needle-run: flags of the other mode are usage errors, -- ends the options") {
