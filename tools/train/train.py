@@ -160,6 +160,9 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--init-seed", type=int, default=0,
+                    help="seed of the initial weights alone (default --seed); the data, "
+                         "its order and the held-out split stay those of --seed")
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--wd", type=float, default=0.01, help="AdamW weight decay of the matrices")
     ap.add_argument("--init", default="", help="start from this checkpoint's weights")
@@ -210,7 +213,7 @@ def main():
         geo = init["geometry"]
     g = needle2.Geometry(**geo)
     model = needle2.Needle2(g)
-    model.init_weights(args.seed)
+    model.init_weights(args.init_seed or args.seed)
     if init is not None:
         model.load_arrays(init["arrays"])
     n_params = sum(p.numel() for p in model.parameters())

@@ -33,7 +33,8 @@
 # "umbrellas"; more20 = more18 plus more.NEW20; more21 = more20 less its city lookalikes, 30% of the
 # minute timers from 181..1440 minutes, round 21, shipped), CONT_GEN (the generator of the
 # second and unseen-tools stages' data, default GEN; round 21: GEN=more17 CONT_GEN=more21),
-# WD (AdamW weight decay, default 0.01; round 5 tried 0.1), FUSED (default 0; see below),
+# WD (AdamW weight decay, default 0.01; round 5 tried 0.1), INIT_SEED (the first stage's
+# initial weights alone, default 0 = SEED; data, order and held-out split stay SEED's), FUSED (default 0; see below),
 # GEOMETRY (train.py --geometry: key=value pairs over the demo geometry, e.g. num_layers=8;
 # default none), THREADS (torch threads per worker, default 1: two OpenMP threads ran a step
 # 2x slower than one, even on the idle machine), WORKERS (default nproc), MINUTES (wall-clock budget of the training step, default 53; 0 = steps
@@ -114,7 +115,8 @@ rm -f "$OUT"/ckpt.pt.step*  # a previous run's would pass for this one's last st
 "$PY" tools/train/train.py --data "$OUT" --out "$OUT/ckpt.pt" --steps "$STEPS" --stop "$STOP" \
   --minutes "$MINUTES" \
   --batch 32 --lr 3e-3 --warmup 50 --wd "$WD" --eval-every 200 --eval-n 150 \
-  --seed "$SEED" --threads "$THREADS" --workers "$WORKERS" --geometry "${GEOMETRY:-}" \
+  --seed "$SEED" --init-seed "${INIT_SEED:-0}" --threads "$THREADS" --workers "$WORKERS" \
+  --geometry "${GEOMETRY:-}" \
   | tee "$OUT/train.log"
 last=$(ls "$OUT"/ckpt.pt.step* | sed 's/.*step//' | sort -n | tail -1)
 ckpt="$OUT/ckpt.pt.step$last"
