@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Quick check of the training side (about 1-2 minutes on 2 cores; needs tools/train/setup.sh and
-# a build with libneedle and needle-make-model):
+# Quick check of the training side (about 30 s on the idle 2-core VM; needs tools/train/setup.sh and
+# a build with libneedle and needle-make-model; fixtures from $NEEDLE_FIXTURES, else ../shared/fixtures):
 #  1. the PyTorch Needle 2 reproduces the v2 fixtures' logits and the engine's (<= 1e-4) on
 #     tiny, odd (kv_window 0, d_model 96) and ternary;
 #  2. a short pipeline run (small data set, tokenizer, 5 training steps, export at 4 bits

@@ -2,9 +2,10 @@
 
     /usr/bin/python3 tools/train/test_parity.py [--model tiny] [--engine] [--tol 1e-4]
 
-Loads ../shared/fixtures/v2/models/<model>.cact (dequantised, cq-kernels.md §10) into
-needle2.Needle2 and compares the prompt-pass logits of every fixture prompt with the upstream
-reference (refs/<model>/<prompt>.full.f32). With --engine, also compares with the engine's
+Loads $NEEDLE_FIXTURES/v2/models/<model>.cact ($NEEDLE_FIXTURES defaults to ../shared/fixtures
+beside the repository; dequantised, cq-kernels.md §10) into needle2.Needle2 and compares the
+prompt-pass logits of every fixture prompt with the upstream reference
+(refs/<model>/<prompt>.full.f32). With --engine, also compares with the engine's
 last-position logits through bindings/python/needle.py on build/libneedle.so. The largest
 absolute difference must be <= --tol (exit 1 otherwise). Takes ~10 s for tiny on 2 cores.
 """
@@ -25,7 +26,9 @@ sys.path.insert(0, HERE)
 import cact  # noqa: E402
 import needle2  # noqa: E402
 
-FIXTURES = os.path.join(ROOT, "..", "shared", "fixtures", "v2")
+# $NEEDLE_FIXTURES (as for the engine's tests), else ../shared/fixtures beside the repository.
+FIXTURES = os.path.join(os.environ.get("NEEDLE_FIXTURES") or os.path.join(ROOT, "..", "shared", "fixtures"),
+                        "v2")
 
 
 def load_model(path):
@@ -52,7 +55,11 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    manifest = json.load(open(os.path.join(FIXTURES, "refs", args.model, "manifest.json")))
+    mpath = os.path.join(FIXTURES, "refs", args.model, "manifest.json")
+    if not os.path.isfile(mpath):
+        sys.exit("test_parity: no fixture references at %s; set NEEDLE_FIXTURES to the folder "
+                 "that holds v2/ (the project's shared/fixtures)" % mpath)
+    manifest = json.load(open(mpath))
     path = os.path.join(FIXTURES, manifest["cact"])
     t0 = time.time()
     model, _ = load_model(path)

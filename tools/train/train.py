@@ -161,7 +161,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--init-seed", type=int, default=0,
-                    help="seed of the initial weights alone (default --seed); the data, "
+                    help="seed of the initial weights alone (0, the default: --seed's); the data, "
                          "its order and the held-out split stay those of --seed")
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--wd", type=float, default=0.01, help="AdamW weight decay of the matrices")
