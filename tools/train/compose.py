@@ -250,7 +250,8 @@ class ComposeGen(data.Gen):
             self.more = {14: more_phrasings.LISTS14, 15: more_phrasings.LISTS15,
                          16: more_phrasings.LISTS16, 17: more_phrasings.LISTS17,
                          18: more_phrasings.LISTS17, 19: more_phrasings.LISTS17,
-                         20: more_phrasings.LISTS20, 21: more_phrasings.LISTS21}.get(
+                         20: more_phrasings.LISTS20, 21: more_phrasings.LISTS21,
+                         24: more_phrasings.LISTS24}.get(
                 more, more_phrasings.LISTS)
             # Round 18: some bodies open with a pronoun (more.BODY_OPENERS18, body below).
             if more is not True and more >= 18:
@@ -259,6 +260,11 @@ class ComposeGen(data.Gen):
             # Round 21: a share of the minute timers run past 180 minutes (duration below).
             if more is not True and more >= 21:
                 self.wide_minutes = more_phrasings.WIDE_MINUTES_SHARE21
+            # Round 24: its body swap, and the word slot of its weather cores (kept out of WORDS, whose words
+            # also make meaningful_words(), so the earlier rounds' noise stays as it was).
+            if more is not True and more >= 24:
+                self.wr["gear"] = split(more_phrasings.GEAR24, False)
+                self.bodies = [more_phrasings.BODY_SWAP24.get(b, b) for b in self.bodies]
             # Round 19: off-topic frames no longer talk about umbrellas (more.NO_TOPICS19).
             # Round 19 only: round 20 keeps the umbrella topic (more.py).
             if more == 19:

@@ -613,7 +613,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gen", default="compose",
                     choices=["compose", "noisy", "more", "more14", "more15", "more16", "more17", "more18",
-                             "more19", "more20", "more21", "v2"],
+                             "more19", "more20", "more21", "more24", "v2"],
                     help="compose: the compositional generator (compose.py); v2: this file's "
                          "templates (the second demo model's data)")
     ap.add_argument("--old-heldout", default=os.path.join(ROOT, "models", "needle-demo.heldout-v2.json"),
@@ -630,7 +630,8 @@ def main():
             g = compose.ComposeGen(rng, test, args.gen.startswith(("noisy", "more")),
                                    {"more": True, "more14": 14, "more15": 15,
                                     "more16": 16, "more17": 17, "more18": 18,
-                                    "more19": 19, "more20": 20, "more21": 21}.get(args.gen, False))
+                                    "more19": 19, "more20": 20, "more21": 21,
+                                    "more24": 24}.get(args.gen, False))
         else:
             g = Gen(rng, test)
         rows = [g.example() for _ in range(n)]

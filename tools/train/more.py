@@ -146,6 +146,9 @@ CORES = {
                 ", as well as ", "; also ", " and next "],
 }
 
+# Word slots: compose.WORDS and the later rounds' own (GEAR24).
+SLOTS = dict(compose.WORDS)
+
 # Placeholder values that fill a held-out core and an extra core alike for the check.
 PLACE = {"dur": "5 minutes", "durA": "5 minute", "label": "soup", "room": "kitchen",
          "bright": "50%", "city": "Paris", "to": "Anna", "body": "see you soon",
@@ -159,7 +162,7 @@ def held_regex(t):
         if k % 2 == 0:
             out += re.escape(piece.lower())
         elif piece.startswith("{w:"):
-            out += "(?:%s)" % "|".join(re.escape(w.lower()) for w in compose.WORDS[piece[3:-1]])
+            out += "(?:%s)" % "|".join(re.escape(w.lower()) for w in SLOTS[piece[3:-1]])
         else:
             out += re.escape(PLACE[piece[1:-1]].lower())
     return re.compile(r"(?:^|\W)" + out + r"(?:\W|$)")
@@ -169,7 +172,7 @@ def instances(t, rng, k=40):
     """k fillings of a core with the placeholder values and random words of the whole lists."""
     out = set()
     for _ in range(k):
-        s = re.sub(r"\{w:(\w+)\}", lambda m: rng.choice(compose.WORDS[m.group(1)]), t)
+        s = re.sub(r"\{w:(\w+)\}", lambda m: rng.choice(SLOTS[m.group(1)]), t)
         out.add(re.sub(r"\{(\w+)\}", lambda m: PLACE[m.group(1)], s).lower())
     return out
 
@@ -360,3 +363,27 @@ WIDE_MINUTES_SHARE21 = 0.3
 CORES21 = dict(CORES20, LOOKALIKES=[t for t in CORES20["LOOKALIKES"]
                                     if "{city}" not in t or t not in NEW20["LOOKALIKES"]])
 LISTS21, dropped21 = training_lists(CORES21, LISTS)
+
+# Round 24 (`--gen more24`): round 21 with two changes about one held-out template. Rounds 14,
+# 18, 20, 22 and 23 answered the v2 file's "Do I need an umbrella in {city}?" with [] (up to 63
+# queries). On the training side "an umbrella" came almost only as the message body "bring an
+# umbrella" (one of 22 fixed bodies: ~270 queries per stage-1 run, and the notes lookalikes
+# "remember that bring an umbrella", off-topic), and the weather cores named an item to wear or
+# carry in few frames with few items ("do I need sunscreen", "will I need a coat").
+# 1. That body becomes "bring snacks" (BODY_SWAP24; the same draws, so nothing else moves).
+# 2. Weather cores ask about an item drawn from GEAR24 ({w:gear}) in new frames. No frame is "do
+#    I need ..." (the round-3 split holds out "do I need a coat in {city}"; the guard would drop
+#    it) and no item is an umbrella, so both held-out templates stay unseen.
+BODY_SWAP24 = {"bring an umbrella": "bring snacks"}
+NEW24 = {
+    "WEATHER": [
+        "will I need {w:gear} in {city} today", "should I bring {w:gear} to {city}",
+        "should I pack {w:gear} for {city}", "is it cold enough for {w:gear} in {city}",
+        "do I have to take {w:gear} in {city}", "would {w:gear} be a good idea in {city}"],
+}
+GEAR24 = ["a coat", "sunscreen", "a jacket", "gloves", "a scarf", "boots", "an overcoat",
+          "sunglasses", "a sweater", "an extra layer", "a raincoat", "an anorak", "a hat",
+          "wellies", "a warm hat"]  # the training side draws four in five (data.split)
+SLOTS["gear"] = GEAR24
+CORES24 = {k: v + NEW24.get(k, []) for k, v in CORES21.items()}
+LISTS24, dropped24 = training_lists(CORES24, LISTS)
