@@ -2,13 +2,16 @@
 # Regenerates the demo model from nothing with fixed seeds: data, tokenizer, training, export
 # (issue 10 item 7); not run in CI. Training is CPU-bound: WORKERS data-parallel processes (default
 # one per core; train.py --workers, one torch thread each) run 2.45-2.74 batch-32 steps/s on the
-# idle 2-core EPYC (before: 1.57-1.65 on one core). The shipped model's recipe (round 21,
-# below), all three stages in one run, takes ~66 minutes end to end on a built tree, export and
-# engine evaluations included (~70 with the first build); the issue asks for 60. With FUSED=1
+# idle 2-core EPYC (before: 1.57-1.65 on one core). The shipped model's recipe (round 24,
+# below; 50.7 minutes end to end on the idle VM, built tree, export and evaluations included):
+#   FUSED=1 GEN=more17 CONT_GEN=more24 WD=0.1 MINUTES=0 CONT_STEPS=3000 ANY_STEPS=3000 \
+#     ANY_DATA_SEED=3 ANY_LR=5e-4 SHIP=1 tools/train/train.sh
+# Round 21's recipe (shipped before it) took ~66 minutes with the PyTorch ops; with FUSED=1
 # (below) the same recipe ran in 51.8 minutes but, to other roundings, trained a less accurate
 # model (round 22), and so did a second draw with other initial weights (round 23, INIT_SEED=2:
 # 57.9 minutes in a slow phase of the VM); so did the variant sized for 60 (round 12-60: 58.5
-# minutes).
+# minutes). Round 24 is round 22's fused recipe with round 24's data in stages 2 and 3
+# (CONT_GEN=more24) and half the unseen-tools stage's learning rate (ANY_LR=5e-4).
 #
 #   tools/train/train.sh                # everything into build/train/
 #   STEPS=300 STOP=300 tools/train/train.sh   # a short smoke run
@@ -33,7 +36,9 @@
 # call lookalikes, round 17, tried, not shipped; more18 = more17 with a quarter of the training
 # message bodies opening with a pronoun, "I'm ...", round 18; more19 = more18 without the topic
 # "umbrellas"; more20 = more18 plus more.NEW20; more21 = more20 less its city lookalikes, 30% of the
-# minute timers from 181..1440 minutes, round 21, shipped), CONT_GEN (the generator of the
+# minute timers from 181..1440 minutes, round 21, shipped until round 24; more24 = more21 with
+# "bring snacks" for the body "bring an umbrella" and weather cores about items to wear or carry,
+# round 24, shipped), CONT_GEN (the generator of the
 # second and unseen-tools stages' data, default GEN; round 21: GEN=more17 CONT_GEN=more21),
 # WD (AdamW weight decay, default 0.01; round 5 tried 0.1), INIT_SEED (the first stage's
 # initial weights alone, default 0 = SEED; data, order and held-out split stay SEED's), FUSED (default 0; see below),
@@ -69,9 +74,10 @@
 # Round 15 is the same on round 15's data (two runs differed by 1-4 points of exact calls per
 # held-out file, cause not found: models/README.md):
 #   GEN=more15 WD=0.1 MINUTES=0 CONT_STEPS=3000 ANY_STEPS=3000 ANY_DATA_SEED=3 tools/train/train.sh
-# The shipped model (round 21): stage 1 on round 17's data, stages 2 and 3 on round 21's:
+# Round 21 (shipped until round 24): stage 1 on round 17's data, stages 2 and 3 on round 21's:
 #   GEN=more17 CONT_GEN=more21 WD=0.1 MINUTES=0 CONT_STEPS=3000 ANY_STEPS=3000 ANY_DATA_SEED=3 \
-#     SHIP=1 tools/train/train.sh
+#     tools/train/train.sh
+# The shipped model (round 24): the command at the top.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -90,8 +96,8 @@ export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS PYTHON=$PY
 # FUSED=1: Sinkhorn and the mHC lane mix as fused C kernels (tools/train/fused.c), 1.25-1.34x
 # the steps/s; the round-21 recipe then runs in ~52 minutes, but to other float roundings, so
 # it trains another model (round 22 in models/README.md: less accurate than round 21 on the
-# v2 file and the hand-written queries). Default 0: the PyTorch ops the shipped model was
-# trained with, so that this script reproduces it.
+# v2 file and the hand-written queries). The shipped model (round 24) was trained with
+# FUSED=1. Default 0: the PyTorch ops of round 21 and earlier, so that their recipes reproduce.
 export NEEDLE_TRAIN_FUSED=${FUSED:-0}
 # glibc hands freed blocks of over 128 KiB back to the kernel at once, so every step's
 # activations (MBs each) came back as fresh pages; faulting them in cost ~15% of a step. Keep them.
