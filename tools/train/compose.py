@@ -260,8 +260,8 @@ class ComposeGen(data.Gen):
             # Round 21: a share of the minute timers run past 180 minutes (duration below).
             if more is not True and more >= 21:
                 self.wide_minutes = more_phrasings.WIDE_MINUTES_SHARE21
-            # Round 24: its body swap, and the word slot of its weather cores (kept out of WORDS, whose words
-            # also make meaningful_words(), so the earlier rounds' noise stays as it was).
+            # Round 24: its body swap, and the word slot of its weather cores (kept out of
+            # WORDS, whose words also make meaningful_words(), so earlier rounds' noise stays).
             if more is not True and more >= 24:
                 self.wr["gear"] = split(more_phrasings.GEAR24, False)
                 self.bodies = [more_phrasings.BODY_SWAP24.get(b, b) for b in self.bodies]
