@@ -10,6 +10,14 @@
 
 namespace needle {
 
+void Arena::reset(size_t n) {
+    constexpr size_t kHugeFloats = (size_t(2) << 20) / sizeof(float);
+    HugeVector<float>().swap(v_);
+    used_ = 0;
+    if (n >= kHugeFloats / 2) v_.reserve((n + kHugeFloats - 1) / kHugeFloats * kHugeFloats);
+    v_.assign(n, 0.0f);
+}
+
 float *Arena::take(size_t n) {
     if (used_ + n > v_.size()) fail(NEEDLE_E_INTERNAL, "arena sized too small");
     float *p = v_.data() + used_;

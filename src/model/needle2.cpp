@@ -258,8 +258,8 @@ void Needle2Model::bind(const ContainerV2 &c) {
         need += t.dtype == DType::CQ ? size_t(t.shape[0]) * ((t.shape[1] + t.group - 1) / t.group)
                                      : size_t(elements(t));
     }
-    arena_.assign(need, 0.0f);
-    Arena ar(arena_);
+    arena_.reset(need);
+    Arena &ar = arena_;
 
     // Level tables per width (cq-kernels.md §8). Ternary levels are indexed by crumb 0/1/2/3.
     const CqTables tables = make_cq_tables(c.codebook, g.G, ar);

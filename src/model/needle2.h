@@ -8,6 +8,7 @@
 #include "container/cact_v2.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/model_common.h"
 
 namespace needle {
 
@@ -85,7 +86,7 @@ private:
     Needle2Geometry g_;
     uint32_t default_window_;  // effective header window, model-v2.md §4.2 (0 = full causal)
 
-    std::vector<float> arena_;  // FP16 tensors and CQ norms converted to f32, LUTs, RoPE frequencies
+    Arena arena_;  // FP16 tensors and CQ norms converted to f32, LUTs, RoPE frequencies
     CqBlockStore blocked_;      // rows-in-lanes copies of the matmul matrices (kernels.h)
     bool fast_ = false;         // NEEDLE_PRECISION_FAST: the matmul matrices run int8 (cq_fast.h)
     CqMatrix embedding_, phi_pre_, phi_post_, phi_res_;

@@ -298,8 +298,8 @@ void Needle3Model::bind(const ContainerV3 &c, uint32_t depth) {
         const uint32_t b = c.heads[size_t(c.confidence)].first;
         need += (size_t(c.tensors[b].shape[0]) + c.tensors[b + 2].shape[0]) * g.d;
     }
-    arena_.assign(need, 0.0f);
-    Arena ar(arena_);
+    arena_.reset(need);
+    Arena &ar = arena_;
     CqTables tables = make_cq_tables(c.codebook, 128, ar);
     auto cq = [&](uint32_t idx) {
         const TensorRecord &t = c.tensors[idx];

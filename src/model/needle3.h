@@ -77,7 +77,7 @@ private:
     std::shared_ptr<const FileBytes> bytes_;
     Needle3Geometry g_;
     std::vector<uint32_t> kept_;  // container layers run, ascending
-    std::vector<float> arena_;
+    Arena arena_;
     CqBlockStore blocked_;  // rows-in-lanes copies of the matmul matrices (kernels.h)
     bool fast_ = false;     // NEEDLE_PRECISION_FAST: the matmul matrices run int8 (cq_fast.h)
     CqMatrix embedding_, phi_pre_, phi_post_, phi_res_;

@@ -177,6 +177,8 @@ Tokenizer Tokenizer::parse(const uint8_t *blob, size_t nbytes, uint32_t vocab_si
                       n_pieces, plural(n_pieces), (unsigned long long)(uint64_t(n_pieces) * kRecordHeaderBytes),
                       nbytes - kBlobHeaderBytes));
 
+    if (nbytes > UINT32_MAX)  // surfaces are indexed by 32-bit offsets
+        bad_blob(strf("tokenizer: blob of %zu bytes is larger than 4 GiB", nbytes));
     Tokenizer t;
     t.pad_ = read_u32(blob + 4);
     t.eos_ = read_u32(blob + 8);
@@ -191,6 +193,7 @@ Tokenizer Tokenizer::parse(const uint8_t *blob, size_t nbytes, uint32_t vocab_si
 
     // Rule 26: walk the records, bounds-checking before every read.
     t.pieces_.reserve(n_pieces);
+    t.text_.reserve(nbytes - kBlobHeaderBytes - size_t(n_pieces) * kRecordHeaderBytes);
     size_t pos = kBlobHeaderBytes;  // invariant: pos <= nbytes
     for (uint32_t id = 0; id < n_pieces; ++id) {
         if (nbytes - pos < kRecordHeaderBytes)
@@ -211,7 +214,8 @@ Tokenizer Tokenizer::parse(const uint8_t *blob, size_t nbytes, uint32_t vocab_si
         size_t bad = utf8_first_invalid(surface);
         if (bad != std::string_view::npos)
             bad_blob(strf("tokenizer: piece %u: surface is not valid UTF-8 (byte %zu)", id, bad));
-        t.pieces_.push_back(Piece{std::string(surface), std::string(), score, PieceType(type)});
+        t.pieces_.push_back(Piece{uint32_t(t.text_.size()), len, PieceType(type), score});
+        t.text_ += surface;
     }
     if (pos != nbytes)
         bad_blob(strf("tokenizer: %zu trailing byte%s after the last piece (blob %zu bytes)",
@@ -227,50 +231,38 @@ Tokenizer Tokenizer::parse(const uint8_t *blob, size_t nbytes, uint32_t vocab_si
     // Rule 28: byte pieces are exactly <0xNN>, each byte value once.
     std::fill(std::begin(t.byte_piece_), std::end(t.byte_piece_), kNone);
     for (uint32_t id = 0; id < n_pieces; ++id) {
-        Piece &p = t.pieces_[id];
-        switch (p.type) {
-        case PieceType::Byte: {
-            int v = byte_piece_value(p.surface);
-            if (v < 0)
-                bad_blob(strf("tokenizer: piece %u: BYTE piece surface \"%.32s\" is not <0xNN>",
-                              id, p.surface.c_str()));
-            if (t.byte_piece_[v] != kNone)
-                bad_blob(strf("tokenizer: piece %u: byte 0x%02X already defined by piece %u", id,
-                              unsigned(v), t.byte_piece_[v]));
-            t.byte_piece_[v] = id;
-            p.bytes.assign(1, char(v));
-            break;
-        }
-        case PieceType::Normal:
-        case PieceType::UserDefined:
-            p.bytes = p.surface;
-            break;
-        case PieceType::Control:
-        case PieceType::Unknown:
-            break;  // contribute nothing to decoded text (§3.1)
-        }
+        if (t.pieces_[id].type != PieceType::Byte) continue;
+        const std::string_view sf = t.surface(id);
+        int v = byte_piece_value(sf);
+        if (v < 0)
+            bad_blob(strf("tokenizer: piece %u: BYTE piece surface \"%.*s\" is not <0xNN>", id,
+                          int(std::min<size_t>(sf.size(), 32)), sf.data()));
+        if (t.byte_piece_[v] != kNone)
+            bad_blob(strf("tokenizer: piece %u: byte 0x%02X already defined by piece %u", id,
+                          unsigned(v), t.byte_piece_[v]));
+        t.byte_piece_[v] = id;
     }
 
     // Markers: every USER_DEFINED piece, longest first, ties in table order (§2.4).
     for (uint32_t id = 0; id < n_pieces; ++id)
         if (t.pieces_[id].type == PieceType::UserDefined) t.user_defined_.push_back(id);
     std::stable_sort(t.user_defined_.begin(), t.user_defined_.end(), [&](uint32_t a, uint32_t b) {
-        return t.pieces_[a].surface.size() > t.pieces_[b].surface.size();
+        return t.pieces_[a].len > t.pieces_[b].len;
     });
     for (uint32_t id : t.user_defined_)
-        t.marker_first_byte_[uint8_t(t.pieces_[id].surface[0])] = true;
+        t.marker_first_byte_[uint8_t(t.surface(id)[0])] = true;
 
     // Rule 29: the chat markers exist as USER_DEFINED pieces.
     for (const char *m : kChatMarkers) {
         bool found = std::any_of(t.user_defined_.begin(), t.user_defined_.end(),
-                                 [&](uint32_t id) { return t.pieces_[id].surface == m; });
+                                 [&](uint32_t id) { return t.surface(id) == m; });
         if (!found) bad_blob(strf("tokenizer: chat marker %s is missing (no USER_DEFINED piece)", m));
     }
 
     t.index_surfaces();
-    t.split_at_meta_ = std::none_of(t.pieces_.begin(), t.pieces_.end(), [](const Piece &p) {
-        return p.surface.find(kMetaSpace, 1) != std::string::npos;
-    });
+    t.split_at_meta_ = true;
+    for (uint32_t id = 0; id < n_pieces; ++id)
+        if (t.surface(id).find(kMetaSpace, 1) != std::string_view::npos) t.split_at_meta_ = false;
     return t;
 }
 
@@ -282,11 +274,11 @@ void Tokenizer::index_surfaces() {
     by_surface_.assign(cap, Slot{kNone, 0});
     const size_t mask = cap - 1;
     for (uint32_t id = 0; id < pieces_.size(); ++id) {
-        const std::string &s = pieces_[id].surface;
+        const std::string_view s = surface(id);
         const uint64_t h = hash_bytes(s);
         for (size_t i = h & mask;; i = (i + 1) & mask) {
             Slot &slot = by_surface_[i];
-            if (slot.id == kNone || (slot.tag == uint32_t(h >> 32) && pieces_[slot.id].surface == s)) {
+            if (slot.id == kNone || (slot.tag == uint32_t(h >> 32) && surface(slot.id) == s)) {
                 slot = Slot{id, uint32_t(h >> 32)};
                 break;
             }
@@ -301,11 +293,33 @@ int64_t Tokenizer::find(std::string_view surface) const {
     for (size_t i = h & mask;; i = (i + 1) & mask) {
         const Slot &slot = by_surface_[i];
         if (slot.id == kNone) return -1;
-        if (slot.tag == uint32_t(h >> 32) && pieces_[slot.id].surface == surface) return slot.id;
+        if (slot.tag == uint32_t(h >> 32) && this->surface(slot.id) == surface) return slot.id;
     }
 }
 
-std::string_view Tokenizer::token_bytes(uint32_t id) const { return pieces_[id].bytes; }
+// The 256 byte values in order: a BYTE piece's bytes are one of them.
+static const char kByteValues[256] = {
+#define NEEDLE_B16(h) char(h), char(h + 1), char(h + 2), char(h + 3), char(h + 4), char(h + 5), char(h + 6), \
+    char(h + 7), char(h + 8), char(h + 9), char(h + 10), char(h + 11), char(h + 12), char(h + 13), char(h + 14), char(h + 15)
+    NEEDLE_B16(0x00), NEEDLE_B16(0x10), NEEDLE_B16(0x20), NEEDLE_B16(0x30), NEEDLE_B16(0x40), NEEDLE_B16(0x50),
+    NEEDLE_B16(0x60), NEEDLE_B16(0x70), NEEDLE_B16(0x80), NEEDLE_B16(0x90), NEEDLE_B16(0xA0), NEEDLE_B16(0xB0),
+    NEEDLE_B16(0xC0), NEEDLE_B16(0xD0), NEEDLE_B16(0xE0), NEEDLE_B16(0xF0)
+#undef NEEDLE_B16
+};
+
+std::string_view Tokenizer::token_bytes(uint32_t id) const {
+    switch (pieces_[id].type) {
+    case PieceType::Normal:
+    case PieceType::UserDefined:
+        return surface(id);
+    case PieceType::Byte:  // parse checked the surface is <0xNN>
+        return {kByteValues + byte_piece_value(surface(id)), 1};
+    case PieceType::Control:
+    case PieceType::Unknown:
+        break;  // contribute nothing to decoded text (§3.1)
+    }
+    return {};
+}
 
 // ---------------------------------------------------------------------------------------------
 // Encoding (§2).
@@ -359,7 +373,7 @@ void Tokenizer::encode(std::string_view text, std::vector<uint32_t> &out) const 
         uint32_t marker = kNone;
         if (marker_first_byte_[uint8_t(all[pos])]) {
             for (uint32_t id : user_defined_) {
-                const std::string &s = pieces_[id].surface;
+                const std::string_view s = surface(id);
                 if (all.compare(pos, s.size(), s) == 0) {
                     marker = id;
                     break;
@@ -372,7 +386,7 @@ void Tokenizer::encode(std::string_view text, std::vector<uint32_t> &out) const 
         }
         bpe_segment(all.substr(seg, pos - seg), scratch, out);
         out.push_back(marker);
-        pos += pieces_[marker].surface.size();
+        pos += pieces_[marker].len;
         seg = pos;
     }
     bpe_segment(all.substr(seg), scratch, out);
@@ -468,7 +482,7 @@ std::string Tokenizer::decode(const uint32_t *ids, size_t n) const {
             fail(NEEDLE_E_INVALID_ARGUMENT,
                  strf("detokenize: token %u at position %zu is out of range (vocab %u)", ids[i], i,
                       size()));
-        bytes += pieces_[ids[i]].bytes;
+        bytes += token_bytes(ids[i]);
     }
     std::string text;
     text.reserve(bytes.size());
