@@ -68,8 +68,9 @@ static uint32_t argmax(const float *v, uint32_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
-               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--sequences S] [--precision exact|fast] [--json] [--chat]\n"
+               "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--sequences S] [--precision exact|fast] [--probe-heads on|off] [--json] [--chat]\n"
                "  --sequences S: decode S states at once through needle_decode_many (aggregate tok/s)\n"
+               "  --probe-heads off: states skip the probe-head pooling (needle_state_params.probe_heads 0)\n"
                "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools (first time and\n"
                "          from the tool index file), the grammar's\n"
                "          cost per call token next to the decode step's\n");
@@ -158,7 +159,7 @@ int main(int argc, char **argv) {
     long depth = 0, max_tokens = -1;  /* -1: prompt + decode tokens */
     long sequences = 1;
     int json = 0, chat = 0;
-    const char *kv = "f32", *isa = NULL, *precision = "exact";
+    const char *kv = "f32", *isa = NULL, *precision = "exact", *probe_heads = "on";
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
@@ -177,10 +178,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-tokens")) max_tokens = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--sequences")) sequences = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--precision")) precision = argv[++i];
+        else if (!strcmp(a, "--probe-heads")) probe_heads = argv[++i];
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
     }
     if (!path || runs < 1 || prompt_n < 1 || sequences < 1 || sequences > 4096 || (strcmp(kv, "f32") && strcmp(kv, "int8")) ||
-        (strcmp(precision, "exact") && strcmp(precision, "fast"))) {
+        (strcmp(precision, "exact") && strcmp(precision, "fast")) || (strcmp(probe_heads, "on") && strcmp(probe_heads, "off"))) {
         usage(stderr);
         return 2;
     }
@@ -247,6 +249,7 @@ int main(int argc, char **argv) {
         needle_state_params_init(&sp);
         sp.kv_type = strcmp(kv, "int8") ? NEEDLE_KV_F32 : NEEDLE_KV_INT8;
         sp.max_tokens = (uint32_t)(max_tokens >= 0 ? max_tokens : prompt_n + decode_n);
+        sp.probe_heads = strcmp(probe_heads, "off") ? 1 : 0;
         needle_status st = NEEDLE_OK;
         for (long q = 0; q < sequences; ++q) {
             const long long rss0 = resident_bytes();
@@ -286,9 +289,9 @@ int main(int argc, char **argv) {
          * "fast"); sequences: states decoded together (decode_tok_per_s is their sum) */
         printf("{\"isa\":\"%s\",\"precision\":\"%s\",\"sequences\":%ld,\"isa_requested\":\"%s\",\"threads\":%u,\"threads_requested\":%ld,\"chunk\":%ld,\"kv\":\"%s\",\"load_ms\":%.3f,\"prefill_tokens\":%ld,"
                "\"prefill_ms\":%.3f,\"prefill_tok_per_s\":%.1f,\"decode_tokens\":%ld,\"decode_ms\":%.3f,"
-               "\"decode_tok_per_s\":%.1f,\"peak_rss_bytes\":%lld,\"state_bytes\":%lld}\n",
+               "\"decode_tok_per_s\":%.1f,\"peak_rss_bytes\":%lld,\"state_bytes\":%lld,\"probe_heads\":%d}\n",
                needle_kernel_isa(), precision, sequences, needle_kernel_isa_requested(), info.n_threads, threads, chunk, kv, load_ms, prompt_n, prefill_ms, pre_tps, decode_n, decode_ms,
-               dec_tps, rss, state_bytes);
+               dec_tps, rss, state_bytes, strcmp(probe_heads, "off") ? 1 : 0);
     } else {
         printf("model %s (isa %s, threads %u, chunk %ld, kv %s, runs %ld)\n", path, needle_kernel_isa(), info.n_threads,
                chunk, kv, runs);
@@ -297,6 +300,7 @@ int main(int argc, char **argv) {
         if (*needle_kernel_isa_requested() && strcmp(needle_kernel_isa_requested(), needle_kernel_isa()))
             printf("isa      NEEDLE_FORCE_ISA=%s refused (unknown or not run here)\n", needle_kernel_isa_requested());
         printf("precision %s\n", precision);
+        if (!strcmp(probe_heads, "off")) printf("probe heads off (needle_state_params.probe_heads 0)\n");
         printf("load     %8.3f ms\n", load_ms);
         printf("prefill  %8.1f ms  %5ld tokens  %8.1f tok/s\n", prefill_ms, prompt_n, pre_tps);
         if (sequences > 1)

@@ -233,7 +233,12 @@ int main(int argc, char **argv) {
         needle_model_free(model);
         return output_written(rc);
     }
-    if ((st = needle_state_create(model, &state)) != NEEDLE_OK) return fail("state", st);
+    /* Plain generation never asks for the confidence or the embedding: skip their pooling. */
+    needle_state_params sp;
+    sp.struct_size = sizeof sp;
+    needle_state_params_init(&sp);
+    sp.probe_heads = 0;
+    if ((st = needle_state_create_ex(model, &sp, &state)) != NEEDLE_OK) return fail("state", st);
     if ((st = needle_batch_create(model, 32, &batch)) != NEEDLE_OK) {  /* needle.h: why 32 */
         /* a model with max_seq_len < 32: fall back to one position at a time */
         batch = NULL;

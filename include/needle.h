@@ -263,10 +263,19 @@ typedef struct needle_state_params {
                             memory is sized for min(ring, max_tokens) positions per layer at
                             creation and never grows; feeding past it is CONTEXT_FULL with the
                             state unchanged. Added after kv_type (shorter struct_size: 0) */
+    int32_t probe_heads; /* 1 (default): pool the probe heads while positions are fed, so that
+                            needle_state_confidence and needle_state_embedding can answer; 0: skip
+                            that pooling (per position and layer, on the calling thread): decode
+                            and prefill are faster (needle2, 2 threads: ~0.9x the time, README
+                            "Speed") and the state is ~0.9 MB smaller, the logits are the same bits,
+                            and those two calls return NEEDLE_E_UNSUPPORTED. No effect on a model
+                            without probe heads. Anything else INVALID_ARGUMENT. Added after
+                            max_tokens (shorter struct_size: 1) */
 } needle_state_params;
 
-/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32, max_tokens 0), only the fields
- *  within the caller's p->struct_size (set it first); struct_size < 8 or NULL is ignored. */
+/** Fills `p` with defaults (kv_window -1, kv_type NEEDLE_KV_F32, max_tokens 0, probe_heads 1),
+ *  only the fields within the caller's p->struct_size (set it first); struct_size < 8 or NULL is
+ *  ignored. */
 NEEDLE_API void needle_state_params_init(needle_state_params *p);
 
 /** needle_state_create with options (`p` NULL = defaults). */

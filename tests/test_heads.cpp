@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 
 #include "api_util.h"
@@ -135,4 +137,64 @@ TEST_CASE("heads: API contract") {
     REQUIRE(needle_state_decode(so.get(), 2, nullptr, 0) == NEEDLE_OK);
     EXPECT_FAIL(NEEDLE_E_UNSUPPORTED, needle_state_confidence(so.get(), &p), "confidence");
     EXPECT_FAIL(NEEDLE_E_UNSUPPORTED, needle_state_embedding(so.get(), emb, 128, &dim), "contrastive");
+}
+
+// needle_state_params.probe_heads 0: the pooling is skipped, the logits keep their bits, and the
+// heads answer UNSUPPORTED with a message that names the option. Needle 2 (tiny) and Needle 3
+// (tiny3, a confidence head), prefill through a batch and decode steps.
+TEST_CASE("heads: probe_heads 0 skips the pooling with the same logits, and the heads say why") {
+    for (const std::string path : {model_path("tiny"), fixtures::v3("models/tiny3.cact")}) {
+        CAPTURE(path);
+        Model m = load(path);
+        const needle_model_info info = info_of(m.get());
+        REQUIRE(info.has_confidence_head == 1);
+        const size_t V = info.out_vocab;
+        const std::vector<uint32_t> ids = tokenize(m.get(), "Set a timer for five minutes, please.", true);
+        needle_state_params off = state_params();
+        CHECK(off.probe_heads == 1);
+        off.probe_heads = 0;
+        State a = new_state(m.get()), b = new_state(m.get(), off);
+        Batch batch = new_batch(m.get(), 8);
+        CHECK(same_bits(prefill(a.get(), batch.get(), ids, V), prefill(b.get(), batch.get(), ids, V)));
+        uint32_t tok = ids.back();
+        for (int i = 0; i < 6; ++i) {
+            const std::vector<float> la = step(a.get(), tok, V), lb = step(b.get(), tok, V);
+            REQUIRE(same_bits(la, lb));
+            tok = argmax(la);
+        }
+        float p = -1.0f;
+        REQUIRE(needle_state_confidence(a.get(), &p) == NEEDLE_OK);
+        EXPECT_FAIL(NEEDLE_E_UNSUPPORTED, needle_state_confidence(b.get(), &p), "probe_heads");
+        if (info.has_contrastive_head) {
+            float emb[256];
+            size_t dim = 0;
+            REQUIRE(needle_state_embedding(a.get(), emb, 256, &dim) == NEEDLE_OK);
+            EXPECT_FAIL(NEEDLE_E_UNSUPPORTED, needle_state_embedding(b.get(), emb, 256, &dim), "probe_heads");
+        }
+        // The two states hold different options: no copy between them, no blob of one loads into the other.
+        EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_state_copy(a.get(), b.get()), "option");
+        size_t len = 0;
+        CHECK(needle_state_save(b.get(), nullptr, 0, &len) == NEEDLE_E_BUFFER_TOO_SMALL);
+        std::vector<uint8_t> blob(len);
+        REQUIRE(needle_state_save(b.get(), blob.data(), blob.size(), &len) == NEEDLE_OK);
+        EXPECT_FAIL(NEEDLE_E_FORMAT, needle_state_load(a.get(), blob.data(), blob.size()), "option");
+        State c = new_state(m.get(), off);
+        REQUIRE(needle_state_load(c.get(), blob.data(), blob.size()) == NEEDLE_OK);
+        CHECK(same_bits(step(b.get(), tok, V), step(c.get(), tok, V)));
+    }
+    // Values other than 0 and 1 are refused; a struct_size that ends before the field means 1.
+    Model m = load(model_path("tiny"));
+    needle_state_params sp = state_params();
+    for (int32_t v : {2, -1, 100}) {
+        sp.probe_heads = v;
+        needle_state *s = reinterpret_cast<needle_state *>(uintptr_t(1));
+        EXPECT_FAIL(NEEDLE_E_INVALID_ARGUMENT, needle_state_create_ex(m.get(), &sp, &s), "probe_heads", std::to_string(v));
+        CHECK(s == nullptr);
+    }
+    sp.probe_heads = 0;
+    sp.struct_size = uint32_t(offsetof(needle_state_params, probe_heads));
+    State old = new_state(m.get(), sp);
+    REQUIRE(needle_state_decode(old.get(), 5, nullptr, 0) == NEEDLE_OK);
+    float p = -1.0f;
+    CHECK(needle_state_confidence(old.get(), &p) == NEEDLE_OK);
 }

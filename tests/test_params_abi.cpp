@@ -68,10 +68,11 @@ TEST_CASE("api: params_init writes only the caller's struct_size bytes") {
         needle_model_params_init(p);
         CHECK(p->use_mmap == 7);
     }
-    SUBCASE("state: first layout ends after kv_window, kv_type and max_tokens appended") {
+    SUBCASE("state: first layout ends after kv_window, kv_type, max_tokens and probe_heads appended") {
         check_init<needle_state_params>(needle_state_params_init,
                                         {FIELD_END(needle_state_params, kv_window), FIELD_END(needle_state_params, kv_type),
-                                         FIELD_END(needle_state_params, max_tokens)});
+                                         FIELD_END(needle_state_params, max_tokens),
+                                         FIELD_END(needle_state_params, probe_heads)});
         needle_state_params sp;
         sp.struct_size = 8;
         sp.kv_type = 99, sp.max_tokens = 99;

@@ -101,7 +101,7 @@ constexpr size_t kModelParamsV1 = NEEDLE_FIELD_END(needle_model_params, n_thread
 
 needle_state_params state_params_defaults() {
     return needle::capi::params_defaults<needle_state_params>([](needle_state_params &d) {
-        d.kv_window = -1, d.kv_type = NEEDLE_KV_F32, d.max_tokens = 0;
+        d.kv_window = -1, d.kv_type = NEEDLE_KV_F32, d.max_tokens = 0, d.probe_heads = 1;
     });
 }
 constexpr size_t kStateParamsV1 = NEEDLE_FIELD_END(needle_state_params, kv_window);
@@ -263,7 +263,8 @@ needle_status needle_model_get_info(const needle_model *model, needle_model_info
 void needle_state_params_init(needle_state_params *p) {
     needle::capi::init_params(p, state_params_defaults(),
                               {kStateParamsV1, NEEDLE_FIELD_END(needle_state_params, kv_type),
-                               NEEDLE_FIELD_END(needle_state_params, max_tokens)});
+                               NEEDLE_FIELD_END(needle_state_params, max_tokens),
+                               NEEDLE_FIELD_END(needle_state_params, probe_heads)});
 }
 
 needle_status needle_state_create_ex(needle_model *model, const needle_state_params *p, needle_state **out) {
@@ -281,12 +282,16 @@ needle_status needle_state_create_ex(needle_model *model, const needle_state_par
         if (p->struct_size >= offsetof(needle_state_params, kv_type) + sizeof p->kv_type) params.kv_type = p->kv_type;
         if (p->struct_size >= offsetof(needle_state_params, max_tokens) + sizeof p->max_tokens)
             params.max_tokens = p->max_tokens;
+        if (p->struct_size >= NEEDLE_FIELD_END(needle_state_params, probe_heads)) params.probe_heads = p->probe_heads;
     }
     if (params.kv_window < -1)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: kv_window %d (use -1, 0 or > 0)", params.kv_window);
     if (params.kv_type != NEEDLE_KV_F32 && params.kv_type != NEEDLE_KV_INT8)
         return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: kv_type %d (use NEEDLE_KV_F32 0 or NEEDLE_KV_INT8 1)",
                       params.kv_type);
+    if (params.probe_heads != 0 && params.probe_heads != 1)
+        return errorf(NEEDLE_E_INVALID_ARGUMENT, "needle_state_create_ex: probe_heads %d (use 1 pool or 0 skip)",
+                      params.probe_heads);
     return guarded([&] {
         auto s = std::make_unique<needle_state>();
         s->model = model->m;
@@ -294,6 +299,7 @@ needle_status needle_state_create_ex(needle_model *model, const needle_state_par
         so.kv_window = params.kv_window;
         so.kv_type = params.kv_type == NEEDLE_KV_INT8 ? needle::KvType::INT8 : needle::KvType::F32;
         so.max_tokens = params.max_tokens;
+        so.probe_heads = params.probe_heads != 0;
         s->seq = s->model->new_sequence(so);
         s->step = s->model->new_workspace(1);
         s->gen = std::make_unique<needle::Generator>(*s->model);

@@ -127,9 +127,9 @@ void Needle2Model::head_output(ProbePool &pool, ProbeHead kind, float *out) cons
     for (const Needle2Head &hh : heads_)
         if (hh.kind == kind) h = &hh;
     if (!h || pool.acc.empty())
-        fail(NEEDLE_E_UNSUPPORTED, h ? "this state does not pool the probe heads"
-                                     : (kind == ProbeHead::Confidence ? "this model has no confidence head"
-                                                                      : "this model has no contrastive head"));
+        fail(NEEDLE_E_UNSUPPORTED,
+             h ? "this state does not pool the probe heads (created with needle_state_params.probe_heads 0)"
+               : (kind == ProbeHead::Confidence ? "this model has no confidence head" : "this model has no contrastive head"));
     const uint32_t D = g_.D;
     std::vector<double> &pooled = pool.pooled;
     // out accumulates probe by probe: out[o] = bias[o] + Σ_k Σ_d proj[o][k*D + d] * pooled_k[d].

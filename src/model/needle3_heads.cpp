@@ -88,7 +88,8 @@ void Needle3Model::probe_head_output(const Sequence &seq, ProbeHead which, float
     if (which != ProbeHead::Confidence || !has_conf_)
         fail(NEEDLE_E_UNSUPPORTED, which == ProbeHead::Confidence ? "this model has no confidence head"
                                                                   : "this model has no contrastive head");
-    if (!s.options.probe_heads) fail(NEEDLE_E_UNSUPPORTED, "this state does not pool the probe heads");
+    if (!s.options.probe_heads)
+        fail(NEEDLE_E_UNSUPPORTED, "this state does not pool the probe heads (created with needle_state_params.probe_heads 0)");
     if (s.pos == 0) fail(NEEDLE_E_INVALID_ARGUMENT, "no token has been fed yet");
     const Needle3Geometry &g = g_;
     const uint32_t D = g.d, CK = conf_.cells * conf_.k, Q = conf_.Q;
