@@ -59,10 +59,29 @@ static int die(const char *what, needle_status st) {
     return 1;
 }
 
+/* Greedy pick, timed with the decode step: the first index of the largest logit. Eight running
+ * maxima, merged at the end: one chain of compares over needle2's 8,192 logits took ~3 % of a
+ * decode step (perf); this is the same index for finite logits. */
 static uint32_t argmax(const float *v, uint32_t n) {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; ++i)
-        if (v[i] > v[best]) best = i;
+    enum { L = 8 };
+    if (n < 2 * L) {
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < n; ++i)
+            if (v[i] > v[best]) best = i;
+        return best;
+    }
+    float m[L];
+    uint32_t at[L];
+    for (uint32_t j = 0; j < L; ++j) m[j] = v[j], at[j] = j;
+    uint32_t i = L;
+    for (; i + L <= n; i += L)
+        for (uint32_t j = 0; j < L; ++j)
+            if (v[i + j] > m[j]) m[j] = v[i + j], at[j] = i + j;
+    for (; i < n; ++i)
+        if (v[i] > m[i % L]) m[i % L] = v[i], at[i % L] = i;
+    uint32_t best = at[0];
+    for (uint32_t j = 1; j < L; ++j)
+        if (m[j] > v[best] || (m[j] == v[best] && at[j] < best)) best = at[j];
     return best;
 }
 
