@@ -200,8 +200,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--probe-heads")) probe_heads = argv[++i];
         else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
     }
-    if (!path || runs < 1 || prompt_n < 1 || sequences < 1 || sequences > 4096 || (strcmp(kv, "f32") && strcmp(kv, "int8")) ||
-        (strcmp(precision, "exact") && strcmp(precision, "fast")) || (strcmp(probe_heads, "on") && strcmp(probe_heads, "off"))) {
+    /* One line saying which argument is wrong, then the usage. */
+    const char *bad = !path ? "--model FILE is required"
+                      : runs < 1 || runs > 1000 ? "--runs must be 1..1000"
+                      : prompt_n < 1 ? "--prompt-tokens must be at least 1"
+                      : sequences < 1 || sequences > 4096 ? "--sequences must be 1..4096"
+                      : strcmp(kv, "f32") && strcmp(kv, "int8") ? "--kv must be f32 or int8"
+                      : strcmp(precision, "exact") && strcmp(precision, "fast") ? "--precision must be exact or fast"
+                      : strcmp(probe_heads, "on") && strcmp(probe_heads, "off") ? "--probe-heads must be on or off"
+                      : NULL;
+    if (bad) {
+        fprintf(stderr, "needle-bench: %s\n", bad);
         usage(stderr);
         return 2;
     }
@@ -216,6 +225,10 @@ int main(int argc, char **argv) {
     mp.precision = strcmp(precision, "fast") ? NEEDLE_PRECISION_EXACT : NEEDLE_PRECISION_FAST;
     double *load = calloc((size_t)runs, sizeof(double)), *pre = calloc((size_t)runs, sizeof(double)),
            *dec = calloc((size_t)runs, sizeof(double));
+    if (!load || !pre || !dec) {
+        fprintf(stderr, "needle-bench: out of memory\n");
+        return 1;
+    }
     needle_model *model = NULL;
     for (long r = 0; r < runs; ++r) {  /* load time: median of R loads */
         needle_model *m = NULL;

@@ -267,7 +267,7 @@ typedef struct needle_state_params {
                             needle_state_confidence and needle_state_embedding can answer; 0: skip
                             that pooling (per position and layer, on the calling thread): decode
                             and prefill are faster (needle2, 2 threads: ~0.9x the time, README
-                            "Speed") and the state is ~0.9 MB smaller, the logits are the same bits,
+                            "Speed") and the state is ~1.3 MB smaller, the logits are the same bits,
                             and those two calls return NEEDLE_E_UNSUPPORTED. No effect on a model
                             without probe heads. Anything else INVALID_ARGUMENT. Added after
                             max_tokens (shorter struct_size: 1) */
@@ -445,14 +445,16 @@ NEEDLE_API needle_status needle_generate(needle_state *state, needle_batch *batc
  *  *probability = σ(head logit) over every position the state has been fed (PAD excluded),
  *  pooled while the positions were fed, with the state's own attention (window) as head window.
  *  Returns INVALID_ARGUMENT (NULL argument, or nothing fed yet); UNSUPPORTED (the model has no
- *  confidence head). Allocates nothing. */
+ *  confidence head, or the state was created with needle_state_params.probe_heads 0).
+ *  Allocates nothing. */
 NEEDLE_API needle_status needle_state_confidence(const needle_state *state, float *probability);
 
 /** Contrastive head (model-v2.md §7.3 code 1): the unit embedding [dim] of every position the
  *  state has been fed, written to out[0..dim) (dim 128 for needle2); *dim is set whenever the
  *  model has the head. Similarity of two embeddings is their dot product.
  *  Returns INVALID_ARGUMENT (NULL state or dim, NULL out with out_len > 0, nothing fed yet);
- *  BUFFER_TOO_SMALL (out_len < dim: nothing written to out); UNSUPPORTED (no contrastive head). */
+ *  BUFFER_TOO_SMALL (out_len < dim: nothing written to out); UNSUPPORTED (no contrastive head,
+ *  or the state was created with needle_state_params.probe_heads 0). */
 NEEDLE_API needle_status needle_state_embedding(const needle_state *state, float *out, size_t out_len,
                                                 size_t *dim);
 
