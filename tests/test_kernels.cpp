@@ -217,6 +217,45 @@ TEST_CASE("kernels: rows-in-lanes cq_matmul (each ISA's copy) matches scalar, ma
     MESSAGE("rows-in-lanes ISAs compared: " << blocked);
 }
 
+// The side job of cq_matmul_many (the mHC Sinkhorn and probe pooling of a layer run beside its
+// q/k/v/gate matmuls): run exactly once by the time the call returns, whether the region is
+// serial (little work), parallel, empty (no positions, no rows) or FAST, and the products keep
+// the bits of a call without it.
+TEST_CASE("kernels: cq_matmul_many runs its side job once, serial or parallel, exact or FAST, same products") {
+    std::mt19937 rng(31);
+    for (const bool fast : {false, true})
+        for (const uint32_t rows : {20u, 700u})  // 700 x 512 x 1 >= 2^18 multiply-adds: parallel
+            for (const uint32_t n_pos : {0u, 1u, 3u, 40u}) {
+                INFO((fast ? "FAST" : "exact") << " rows " << rows << " positions " << n_pos);
+                RandomCq a(rng, rows, 512, 128, 2, false), b(rng, rows / 2, 512, 128, 4, false);
+                needle::CqBlockStore store;
+                CqMatrix *ms[] = {&a.m, &b.m};
+                needle::cq_block_matrices(ms, 2, store);
+                a.m.fast = b.m.fast = fast;
+                std::vector<float> xh(size_t(std::max(n_pos, 1u)) * 512);
+                for (uint32_t p = 0; p < n_pos; ++p) {
+                    const std::vector<float> x = randn(rng, 512);
+                    needle::cq_prepare_input(x.data(), 512, 512, 128, xh.data() + size_t(p) * 512);
+                }
+                const size_t ny = size_t(std::max(n_pos, 1u)) * rows;
+                std::vector<float> y1(ny, 7.0f), y2(ny, 7.0f), z1(ny, 7.0f), z2(ny, 7.0f);
+                const needle::CqProduct plain[] = {{&a.m, 0, rows, y1.data(), rows}, {&b.m, 1, rows / 2 - 1, z1.data(), rows}};
+                const needle::CqProduct with[] = {{&a.m, 0, rows, y2.data(), rows}, {&b.m, 1, rows / 2 - 1, z2.data(), rows}};
+                needle::cq_matmul_many(plain, 2, xh.data(), 512, n_pos);
+                int runs = 0;
+                auto job = [&] { ++runs; };
+                const needle::FunctionRef<void()> side(job);
+                needle::cq_matmul_many(with, 2, xh.data(), 512, n_pos, &side);
+                CHECK(runs == 1);
+                CHECK(std::memcmp(y1.data(), y2.data(), ny * 4) == 0);
+                CHECK(std::memcmp(z1.data(), z2.data(), ny * 4) == 0);
+                // No rows at all: the job still runs.
+                const needle::CqProduct none[] = {{&a.m, 0, 0, y2.data(), rows}};
+                needle::cq_matmul_many(none, 1, xh.data(), 512, n_pos, &side);
+                CHECK(runs == 2);
+            }
+}
+
 TEST_CASE("kernels: rms_unit, zcrms and rope match scalar (also in place)") {
     std::mt19937 rng(3);
     for (const KernelTable *k : vector_tables())
@@ -246,7 +285,7 @@ TEST_CASE("kernels: rms_unit, zcrms and rope match scalar (also in place)") {
         }
 }
 
-TEST_CASE("kernels: sinkhorn (doubly stochastic) and silu match scalar (also in place)") {
+TEST_CASE("kernels: sinkhorn (doubly stochastic), silu and the sigmoid gate match scalar (also in place)") {
     std::mt19937 rng(5);
     std::vector<const KernelTable *> all = vector_tables();
     all.push_back(&ref());
@@ -293,6 +332,21 @@ TEST_CASE("kernels: sinkhorn (doubly stochastic) and silu match scalar (also in 
             }
             k->silu(x.data(), n, x.data());
             CHECK(std::memcmp(x.data(), a.data(), sizeof(float) * n) == 0);
+            // The output gate: o *= sigmoid(g) in place; sigmoid(0) = 0.5, saturated at +-30.
+            const std::vector<float> o = randn(rng, n, 2.0f);
+            std::vector<float> go = randn(rng, n, 4.0f);
+            go[0] = 0.0f;
+            if (n > 2) go[1] = 30.0f, go[2] = -30.0f;
+            a = o, b = o;
+            k->sigmoid_gate(a.data(), go.data(), n);
+            ref().sigmoid_gate(b.data(), go.data(), n);
+            CHECK(rel_err(a.data(), b.data(), n) < kTol);
+            CHECK(a[0] == 0.5f * o[0]);
+            if (n > 2) {
+                CHECK(a[1] == o[1]);
+                CHECK(std::fabs(a[2]) < 1e-12f);
+            }
+            for (uint32_t i = 0; i < n; ++i) CHECK(b[i] == o[i] * (1.0f / (1.0f + std::exp(-go[i]))));
         }
     }
 }

@@ -134,9 +134,12 @@ namespace {
 // each matrix (the kernels' own row blocking: 4 rows in the stored form, block_rows in the
 // rows-in-lanes form; blocks counted from row 0, so no two tasks compute one block) over all
 // products at once: one fork and join for, say, the q, k, v and gate projections of a decode
-// step. Rows are independent: no bit depends on the split.
+// step. Rows are independent: no bit depends on the split. A side job (cq_matmul_many) is one
+// more piece, the first: a thread that finishes early can then take row blocks from the back of
+// the other's share, while as the last piece a long job would leave the other thread waiting.
 template <class Run>
-void split_rows(const KernelTable &k, const CqProduct *products, uint32_t n_products, size_t n_pos, const Run &run) {
+void split_rows(const KernelTable &k, const CqProduct *products, uint32_t n_products, size_t n_pos, const Run &run,
+                const FunctionRef<void()> *side) {
     auto block_of = [&](const CqProduct &p) { return p.w->blocked && p.w->block_rows == k.cq_block_rows ? p.w->block_rows : 4u; };
     uint64_t work = 0;
     uint32_t blocks = 0;
@@ -147,7 +150,10 @@ void split_rows(const KernelTable &k, const CqProduct *products, uint32_t n_prod
         work += uint64_t(p.w->cols_pad) * n_pos * p.count;
         blocks += (p.r0 + p.count - 1) / rb - p.r0 / rb + 1;
     }
-    auto run_blocks = [&](uint32_t b0, uint32_t b1) {  // blocks [b0, b1) of the concatenation
+    const uint32_t shift = side ? 1 : 0;
+    auto run_blocks = [&](uint32_t b0, uint32_t b1) {  // pieces [b0, b1): the side job, then blocks
+        if (shift && b0 == 0) (*side)(), b0 = 1;
+        b0 -= shift, b1 -= shift;  // blocks [b0, b1) of the concatenation
         uint32_t first = 0;
         for (uint32_t i = 0; i < n_products && b0 < b1; ++i) {
             const CqProduct &p = products[i];
@@ -163,12 +169,13 @@ void split_rows(const KernelTable &k, const CqProduct *products, uint32_t n_prod
             first += nb;
         }
     };
+    const uint32_t pieces = blocks + shift;
     if (work < kParallelMinWork || blocks < 2) {
-        run_blocks(0, blocks);
+        run_blocks(0, pieces);
         return;
     }
     const uint32_t grain = uint32_t(std::max<uint64_t>(1, kTaskWork * blocks / work));
-    parallel_for(0, blocks, grain, run_blocks);
+    parallel_for(0, pieces, grain, run_blocks);
 }
 
 // Quantised-input buffer of the FAST path, per layout (on the caller's stack: a decode step
@@ -179,7 +186,7 @@ constexpr size_t kFastBytes = 32768;
 }  // namespace
 
 void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
-                    size_t n_pos) {
+                    size_t n_pos, const FunctionRef<void()> *side) {
     const KernelTable &k = active_kernels();
     bool need2 = false, need4 = false;
     uint32_t cols_pad = 0, group = 0;
@@ -193,11 +200,12 @@ void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float 
     if ((!need2 && !need4) || std::max(s2, s4) > kFastBytes) {  // exact (or an input too wide to quantise here)
         split_rows(k, products, n_products, n_pos, [&](const CqProduct &p, uint32_t lo, uint32_t hi) {
             k.cq_matmul(*p.w, xh, xh_stride, n_pos, lo, hi - lo, p.y + (lo - p.r0), p.y_stride);
-        });
+        }, side);
         return;
     }
     // FAST (cq_fast.h): every product of one call reads the same prepared input, so one group
     // size; the layouts its matrices need are quantised once per tile of positions.
+    if (n_pos == 0 && side) (*side)();  // no tile below to carry it
     alignas(64) int8_t q2[kFastBytes], q4[kFastBytes];
     alignas(64) float scale[kFastBytes / 8];
     alignas(64) int32_t sum[kFastBytes / 8];
@@ -214,7 +222,7 @@ void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float 
             float *y = p.y + (lo - p.r0) + p0 * p.y_stride;
             if (p.w->fast) k.cq_matmul_fast(*p.w, in, P, lo, hi - lo, y, p.y_stride);
             else k.cq_matmul(*p.w, x, xh_stride, P, lo, hi - lo, y, p.y_stride);
-        });
+        }, p0 == 0 ? side : nullptr);
     }
 }
 
@@ -310,6 +318,7 @@ void zcrms(const float *x, const float *gamma, uint32_t n, float *y) { active_ke
 void rope(float *x, uint32_t dim, const float *c, const float *s) { active_kernels().rope(x, dim, c, s); }
 void sinkhorn(float *m, uint32_t n, uint32_t count) { active_kernels().sinkhorn(m, n, count); }
 void silu(const float *x, uint32_t n, float *y) { active_kernels().silu(x, n, y); }
+void sigmoid_gate(float *x, const float *g, uint32_t n) { active_kernels().sigmoid_gate(x, g, n); }
 void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
                 uint32_t D, double inv_sqrt_d, double *a) {
     active_kernels().pool_probe(q, cells, cell_stride, tokens, n, D, inv_sqrt_d, a);

@@ -44,6 +44,7 @@ struct KernelTable {
     // (y_stride floats per position): the bits of the scalar reference, whatever the ISA.
     void (*cq_matmul_fast)(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint32_t r0, uint32_t count,
                            float *y, size_t y_stride);
+    void (*sigmoid_gate)(float *, const float *, uint32_t);
 };
 
 namespace scalar {

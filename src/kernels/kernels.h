@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/parallel.h"
 #include "kernels/cq_matrix.h"
 #include "kernels/kv_ring.h"
 
@@ -34,9 +35,14 @@ struct CqProduct {
 };
 
 // cq_matmul of several matrices over the same prepared inputs (same cols_pad), as one parallel
-// region: the same bits as one cq_matmul per product.
+// region: the same bits as one cq_matmul per product. `side`, if given, is a job independent of
+// the products (it reads and writes none of their inputs or outputs) run once, on whichever
+// thread takes it, as one more piece of the region: per-position work of the caller's (the
+// mHC Sinkhorn) then costs its share of the threads instead of a serial stretch on one. It is
+// the region's first piece, and must not call cq_matmul_many itself (the FAST path keeps ~96 KB
+// of quantised inputs on the stack per call).
 void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
-                    size_t n_pos);
+                    size_t n_pos, const FunctionRef<void()> *side = nullptr);
 
 // Owner of the rows-in-lanes copies of a model's CQ matrices: one anonymous mapping, 2 MB
 // aligned so that the kernel can back it with huge pages (a 4 KB page fault per 4 KB of copy
@@ -112,6 +118,12 @@ void sinkhorn(float *m, uint32_t n, uint32_t count = 1);
 
 // y[i] = x[i] * sigmoid(x[i]) for i < n (SiLU, model-v2.md §2); y may alias x.
 void silu(const float *x, uint32_t n, float *y);
+
+// x[i] *= sigmoid(g[i]) for i < n: the attention output gate (model-v2.md §5.5 o ⊙ σ(gl),
+// model-v3.md §1.3 step 7). The scalar table calls the inline sigmoid below (libm's exp); the
+// vector tables xsimd's exp, a few ulp from it. Each position alone, so a decode step and a
+// prefill chunk give a position the same bits.
+void sigmoid_gate(float *x, const float *g, uint32_t n);
 
 // One probe's online softmax pooling of n cells in position order (model-v2.md §7.2, in
 // double): cell i is cells + i*cell_stride (D floats), skipped when tokens[i] == 0 (PAD);

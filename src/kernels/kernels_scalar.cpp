@@ -190,6 +190,10 @@ void silu(const float *x, uint32_t n, float *y) {
     for (uint32_t i = 0; i < n; ++i) y[i] = x[i] * (1.0f / (1.0f + std::exp(-x[i])));
 }
 
+void sigmoid_gate(float *x, const float *g, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) x[i] *= sigmoid(g[i]);
+}
+
 // Σ a[d] * b[d] in double with 8 interleaved partial sums (a fixed order, so the same bits for
 // every chunking; a single running sum would be latency-bound).
 double dot_double(const float *a, const float *b, uint32_t n) {
@@ -227,7 +231,7 @@ void pool_probe(const float *q, const float *cells, size_t cell_stride, const ui
 const KernelTable &table() {
     static const KernelTable t{"scalar", cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
                                rms_unit, zcrms, rope, attention_group<float>, attention_group<int8_t>, sinkhorn, silu, pool_probe, 0,
-                               nullptr, cq_fast_quantize, cq_matmul_fast};
+                               nullptr, cq_fast_quantize, cq_matmul_fast, sigmoid_gate};
     return t;
 }
 

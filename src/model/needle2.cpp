@@ -352,20 +352,19 @@ void Needle2Model::run(const Part *parts, uint32_t np, Work &w, const uint32_t *
     }
     embed(w, tokens, R);
     engram(parts, np, w, R);
-    // Probe-head cells (§7.1) are pooled as they appear: e0 now, each layer's lanes after it.
-    // w.Xn is free between layers and holds the chunk's cells.
-    auto pool = [&](uint32_t c) {
-        for (const Part *p = parts; p != parts + np; ++p)
-            if (!p->s->pool.acc.empty())
-                pool_cells(p->s->pool, c, w.X + size_t(p->i0) * g_.nD, tokens + p->i0, p->n,
-                           w.Xn + size_t(p->i0) * g_.nD);
-    };
-    pool(0);
-    for (uint32_t l = 0; l < g_.L; ++l) {
-        layer(parts, np, w, l, R);
-        pool(l + 1);
-    }
+    // Probe-head cells (§7.1): cell l (e0, then the lanes after layer l - 1) is pooled inside
+    // layer l, beside its q/k/v/gate matmuls; the last cell after the last layer.
+    for (uint32_t l = 0; l < g_.L; ++l) layer(parts, np, w, l, R, tokens);
+    pool_chunk(parts, np, w, g_.L, tokens);
     for (const Part *p = parts; p != parts + np; ++p) p->s->pos = p->p0 + p->n;
+}
+
+// Pools probe-head cell c (§7.2) of every part's rows from the lanes w.X, the cells built in
+// w.Xn: free from the router's prepared input (layer, 5.1) to the lanes' snapshot (block_tail).
+void Needle2Model::pool_chunk(const Part *parts, uint32_t np, Work &w, uint32_t c, const uint32_t *tokens) const {
+    for (const Part *p = parts; p != parts + np; ++p)
+        if (!p->s->pool.acc.empty())
+            pool_cells(p->s->pool, c, w.X + size_t(p->i0) * g_.nD, tokens + p->i0, p->n, w.Xn + size_t(p->i0) * g_.nD);
 }
 
 void Needle2Model::probe_head_output(const Sequence &seq, ProbeHead h, float *out) const {
@@ -428,7 +427,8 @@ void Needle2Model::engram(const Part *parts, uint32_t np, Work &w, uint32_t n) c
 }
 
 // Step 5: one layer over the chunk.
-void Needle2Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t l, uint32_t n) const {
+void Needle2Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t l, uint32_t n,
+                         const uint32_t *tokens) const {
     const Needle2Geometry &g = g_;
     const Needle2Layer &ly = layers_[l];
     const uint32_t N = g.n, D = g.D;
@@ -472,11 +472,21 @@ void Needle2Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t l, ui
     });
     const CqProduct qkvg[] = {{&ly.q, 0, g.A, w.q, g.A}, {&ly.k, 0, g.Kd, w.k, g.Kd},
                               {&ly.v, 0, g.Kd, w.v, g.Kd}, {&ly.gate, 0, g.A, w.gl, g.A}};
-    cq_matmul_many(qkvg, 4, w.hAh, g.D_pad, n);
+    // Two jobs that need nothing of q/k/v/gate run as one more piece of its region instead of
+    // alone on the calling thread: 5.8's Sinkhorn (of phi's output; read by block_tail) and the
+    // pooling of probe cell l (the lanes, unchanged until block_tail). In a decode step (Sapphire
+    // Rapids VM, 2 threads) each was ~6 % of the calling thread's time while the other waited.
+    // (Not phi's post and res bands: a cq_matmul_many inside another doubles the stack in use,
+    // ~96 KB a frame, for ~2 % of prefill.)
+    auto side_jobs = [&] {
+        mhc_routing(a_res_[l], b_res_ + size_t(l) * N * N, N, n, w.rv);  // w.rv: p_res -> R
+        pool_chunk(parts, np, w, l, tokens);
+    };
+    const FunctionRef<void()> side(side_jobs);  // borrows the lambda above
+    cq_matmul_many(qkvg, 4, w.hAh, g.D_pad, n, &side);
     if (np == 1) attention(*parts->s, w, l, parts->p0, parts->n, parts->i0);
     else attention_many(parts, np, w, l);  // forward_many: one position per part
     cq_matmul(ly.out, w.oh, g.A_pad, n, 0, D, w.att, D);
-    mhc_routing(a_res_[l], b_res_ + size_t(l) * N * N, N, n, w.rv);  // w.rv: p_res -> R
     for_positions(n, [&](uint32_t i) { block_tail(w, l, i); });
 }
 
@@ -530,7 +540,7 @@ void Needle2Model::gate_out(Work &w, uint32_t i) const {
     const Needle2Geometry &g = g_;
     float *o = w.o + size_t(i) * g.A;
     const float *gl = w.gl + size_t(i) * g.A;
-    for (uint32_t c = 0; c < g.A; ++c) o[c] *= sigmoid(gl[c]);
+    sigmoid_gate(o, gl, g.A);
     cq_prepare_input(o, g.A, g.A_pad, g.G, w.oh + size_t(i) * g.A_pad);
 }
 

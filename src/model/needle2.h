@@ -113,7 +113,8 @@ private:
     void embed(Work &w, const uint32_t *tokens, uint32_t n) const;
     void rope_rows(Work &w, uint32_t i0, uint32_t p0, uint32_t n) const;
     void engram(const Part *parts, uint32_t np, Work &w, uint32_t n) const;
-    void layer(const Part *parts, uint32_t np, Work &w, uint32_t l, uint32_t n) const;
+    void pool_chunk(const Part *parts, uint32_t np, Work &w, uint32_t c, const uint32_t *tokens) const;
+    void layer(const Part *parts, uint32_t np, Work &w, uint32_t l, uint32_t n, const uint32_t *tokens) const;
     void attention(Seq &s, Work &w, uint32_t l, uint32_t p0, uint32_t n, uint32_t i0) const;
     void attention_many(const Part *parts, uint32_t np, Work &w, uint32_t l) const;
     void qk_rope(Work &w, uint32_t l, uint32_t i) const;

@@ -82,7 +82,7 @@ void kron(const float *in, const float *A, const float *B, uint32_t ba, uint32_t
 // Products W_j x for matrices sharing the input x[n][cols]: one prepared input per distinct
 // group, then one parallel region per group (the bits of one cq_matmul per product).
 void matmul_shared(const CqProduct *prods, uint32_t np, const float *x, size_t x_stride, uint32_t cols,
-                   uint32_t n, float *xh, size_t xh_stride) {
+                   uint32_t n, float *xh, size_t xh_stride, const FunctionRef<void()> *side = nullptr) {
     bool done[8] = {};
     for (uint32_t a = 0; a < np; ++a) {
         if (done[a]) continue;
@@ -94,7 +94,8 @@ void matmul_shared(const CqProduct *prods, uint32_t np, const float *x, size_t x
         uint32_t k = 0;
         for (uint32_t b = a; b < np; ++b)
             if (!done[b] && prods[b].w->group == m.group) same[k++] = prods[b], done[b] = true;
-        cq_matmul_many(same, k, xh, xh_stride, n);
+        cq_matmul_many(same, k, xh, xh_stride, n, side);
+        side = nullptr;  // run once, with the first region
     }
 }
 
@@ -502,13 +503,16 @@ void Needle3Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t li, u
     });
     const CqProduct qkvg[] = {{&ly.q, 0, g.qd, w.q, g.qd}, {&ly.k, 0, g.kd, w.k, g.kd},
                               {&ly.v, 0, g.vd, w.v, g.vd}, {&ly.gate, 0, g.od, w.gl, g.od}};
-    matmul_shared(qkvg, 4, w.t, D, D, n, w.hh, w.pd);
+    // The Sinkhorn needs only Phi's output and is read only by block_tail: one more piece of the
+    // q/k/v/gate region (needle2.cpp layer says why).
+    auto sinkhorn_job = [&] { mhc_routing(a_res_[l], b_res_ + size_t(l) * N * N, N, n, w.pr); };
+    const FunctionRef<void()> routing(sinkhorn_job);  // borrows the lambda above
+    matmul_shared(qkvg, 4, w.t, D, D, n, w.hh, w.pd, &routing);  // w.pr: p_res -> R
     for (const Part *pt = parts; pt != parts + np; ++pt) qkv_conv(*pt, w, li);
     if (np == 1) attention(*parts, w, li);
     else attention_many(parts, np, w, li);  // forward_many: one position per part
     const CqProduct out[] = {{&ly.out, 0, D, w.att, D}};
     matmul_shared(out, 1, w.o, g.od, g.od, n, w.oh, w.pod);
-    mhc_routing(a_res_[l], b_res_ + size_t(l) * N * N, N, n, w.pr);  // w.pr: p_res -> R
     for_positions(n, [&](uint32_t i) { block_tail(w, li, i); });
     for (const Part *pt = parts; pt != parts + np; ++pt) pool_cells(*pt, w, li + 1);
 }
@@ -635,7 +639,7 @@ void Needle3Model::attend(Seq &s, Work &w, uint32_t li, uint32_t p, uint32_t i, 
 void Needle3Model::gate_out(Work &w, uint32_t i) const {
     float *o = w.o + size_t(i) * g_.od;
     const float *gl = w.gl + size_t(i) * g_.od;
-    for (uint32_t c = 0; c < g_.od; ++c) o[c] *= sigmoid(gl[c]);
+    sigmoid_gate(o, gl, g_.od);
 }
 
 // KV groups split over the arena's threads once the keys are many enough to pay for it.

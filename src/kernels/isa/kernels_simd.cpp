@@ -657,6 +657,7 @@ void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
 // Per-position element-wise kernels of this ISA (kernels_rowmath.cpp).
 void sinkhorn(float *m, uint32_t n, uint32_t count);
 void silu(const float *x, uint32_t n, float *y);
+void sigmoid_gate(float *x, const float *g, uint32_t n);
 void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
                 uint32_t D, double inv_sqrt_d, double *a);
 
@@ -669,7 +670,8 @@ void cq_matmul_fast(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint3
 const KernelTable &table() {
     static const KernelTable t{NEEDLE_ISA_NAME, cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
                                rms_unit, zcrms, rope, attention_rows<float>, attention_rows<int8_t>,
-                               sinkhorn, silu, pool_probe, kBlockRows, cq_block_rows_fast, cq_fast_quantize, cq_matmul_fast};
+                               sinkhorn, silu, pool_probe, kBlockRows, cq_block_rows_fast, cq_fast_quantize, cq_matmul_fast,
+                               sigmoid_gate};
     return t;
 }
 
