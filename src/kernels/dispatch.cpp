@@ -134,9 +134,11 @@ namespace {
 // each matrix (the kernels' own row blocking: 4 rows in the stored form, block_rows in the
 // rows-in-lanes form; blocks counted from row 0, so no two tasks compute one block) over all
 // products at once: one fork and join for, say, the q, k, v and gate projections of a decode
-// step. Rows are independent: no bit depends on the split. A side job (cq_matmul_many) is one
-// more piece, the first: a thread that finishes early can then take row blocks from the back of
-// the other's share, while as the last piece a long job would leave the other thread waiting.
+// step. Rows are independent: no bit depends on the split. A side job (cq_matmul_many) runs
+// first in the range that starts at block 0 (the calling thread's first sub-chunk): the split
+// stays even, and the other thread, done first, takes row blocks from the back of the caller's
+// share. (As a piece of its own it made the shares uneven, e.g. 56 + 41 of 97 pieces; as the
+// last piece a long job left the other thread waiting.)
 template <class Run>
 void split_rows(const KernelTable &k, const CqProduct *products, uint32_t n_products, size_t n_pos, const Run &run,
                 const FunctionRef<void()> *side) {
@@ -150,10 +152,8 @@ void split_rows(const KernelTable &k, const CqProduct *products, uint32_t n_prod
         work += uint64_t(p.w->cols_pad) * n_pos * p.count;
         blocks += (p.r0 + p.count - 1) / rb - p.r0 / rb + 1;
     }
-    const uint32_t shift = side ? 1 : 0;
-    auto run_blocks = [&](uint32_t b0, uint32_t b1) {  // pieces [b0, b1): the side job, then blocks
-        if (shift && b0 == 0) (*side)(), b0 = 1;
-        b0 -= shift, b1 -= shift;  // blocks [b0, b1) of the concatenation
+    auto run_blocks = [&](uint32_t b0, uint32_t b1) {  // blocks [b0, b1) of the concatenation
+        if (side && b0 == 0) (*side)();
         uint32_t first = 0;
         for (uint32_t i = 0; i < n_products && b0 < b1; ++i) {
             const CqProduct &p = products[i];
@@ -169,13 +169,12 @@ void split_rows(const KernelTable &k, const CqProduct *products, uint32_t n_prod
             first += nb;
         }
     };
-    const uint32_t pieces = blocks + shift;
     if (work < kParallelMinWork || blocks < 2) {
-        run_blocks(0, pieces);
+        run_blocks(0, blocks);
         return;
     }
     const uint32_t grain = uint32_t(std::max<uint64_t>(1, kTaskWork * blocks / work));
-    parallel_for(0, pieces, grain, run_blocks);
+    parallel_for(0, blocks, grain, run_blocks);
 }
 
 // Quantised-input buffer of the FAST path, per layout (on the caller's stack: a decode step
