@@ -88,8 +88,20 @@ static uint32_t argmax(const float *v, uint32_t n) {
 static void usage(FILE *f) {
     fprintf(f, "usage: needle-bench --model FILE [--prompt-tokens N] [--decode-tokens M] [--threads T] "
                "[--chunk C] [--runs R] [--kv f32|int8] [--isa NAME|all] [--depth D] [--max-tokens M] [--sequences S] [--precision exact|fast] [--probe-heads on|off] [--json] [--chat]\n"
+               "  --model FILE: the .cact model to measure (required)\n"
+               "  --prompt-tokens N, --decode-tokens M: prompt prefilled, then tokens decoded greedily (512, 128;\n"
+               "          left unset, the prompt shrinks to fit a model whose max_seq_len is smaller)\n"
+               "  --threads T: needle_model_params.n_threads (0: every core)\n"
+               "  --chunk C: positions per prefill batch (32; 0: prefill one position at a time)\n"
+               "  --runs R: runs per figure, 1..1000 (3); the figures are medians\n"
+               "  --kv f32|int8: the KV cache's type (needle_state_params.kv_type)\n"
+               "  --isa NAME|all: force a kernel ISA (NEEDLE_FORCE_ISA), or run every ISA of this CPU side by side\n"
+               "  --depth D: Needle 3 depth rung (needle_model_params.depth; 0: all layers)\n"
+               "  --max-tokens M: the state's max_tokens (default: prompt + decode tokens)\n"
                "  --sequences S: decode S states at once through needle_decode_many (aggregate tok/s)\n"
+               "  --precision exact|fast: needle_model_params.precision (fast: int8 activations)\n"
                "  --probe-heads off: states skip the probe-head pooling (needle_state_params.probe_heads 0)\n"
+               "  --json: one JSON line instead of the table\n"
                "  --chat: tool-calling figures instead: needle_chat_create with 5 and 50 tools (first time and\n"
                "          from the tool index file), the grammar's\n"
                "          cost per call token next to the decode step's\n");
@@ -162,6 +174,13 @@ static int run_all_isas(int argc, char **argv, int json, const char *precision) 
     return shown ? 0 : 1;
 }
 
+/* 0 once stdout is written out, else 1 with a line on stderr (a full disk, a closed pipe). */
+static int flushed_stdout(void) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    fprintf(stderr, "needle-bench: writing the output failed: %s\n", strerror(errno));
+    return 1;
+}
+
 /* Resident bytes of this process now (/proc/self/statm), 0 where unavailable. */
 static long long resident_bytes(void) {
     long long pages = 0, rss = 0;
@@ -177,17 +196,26 @@ int main(int argc, char **argv) {
     long prompt_n = 512, decode_n = 128, threads = 0, chunk = 32, runs = 3;  /* chunk: needle.h */
     long depth = 0, max_tokens = -1;  /* -1: prompt + decode tokens */
     long sequences = 1;
-    int json = 0, chat = 0;
+    int json = 0, chat = 0, sized = 0;  /* sized: --prompt-tokens or --decode-tokens given */
     const char *kv = "f32", *isa = NULL, *precision = "exact", *probe_heads = "on";
+    static const char *const with_value[] = {"--model", "--prompt-tokens", "--decode-tokens", "--threads", "--chunk",
+                                             "--runs", "--kv", "--isa", "--depth", "--max-tokens", "--sequences",
+                                             "--precision", "--probe-heads"};
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--chat")) { chat = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "needle-bench: unknown option %s (--help lists them)\n", a);
+            return 2;
+        }
         if (i + 1 >= argc) { fprintf(stderr, "needle-bench: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--model")) path = argv[++i];
-        else if (!strcmp(a, "--prompt-tokens")) prompt_n = arg_long(a, argv[++i]);
-        else if (!strcmp(a, "--decode-tokens")) decode_n = arg_long(a, argv[++i]);
+        else if (!strcmp(a, "--prompt-tokens")) prompt_n = arg_long(a, argv[++i]), sized = 1;
+        else if (!strcmp(a, "--decode-tokens")) decode_n = arg_long(a, argv[++i]), sized = 1;
         else if (!strcmp(a, "--threads")) threads = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--chunk")) chunk = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--runs")) runs = arg_long(a, argv[++i]);
@@ -197,8 +225,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-tokens")) max_tokens = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--sequences")) sequences = arg_long(a, argv[++i]);
         else if (!strcmp(a, "--precision")) precision = argv[++i];
-        else if (!strcmp(a, "--probe-heads")) probe_heads = argv[++i];
-        else { fprintf(stderr, "needle-bench: unknown option %s\n", a); return 2; }
+        else probe_heads = argv[++i];  /* --probe-heads, the last of with_value */
     }
     /* One line saying which argument is wrong, then the usage. */
     const char *bad = !path ? "--model FILE is required"
@@ -244,12 +271,15 @@ int main(int argc, char **argv) {
         const int rc = bench_chat(model, (int)runs, json);
         needle_model_free(model);
         free(load), free(pre), free(dec);
-        return rc;
+        return rc ? rc : flushed_stdout();
     }
     needle_model_info info;
     memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
     needle_model_get_info(model, &info);
+    const int shrunk = !sized && (uint64_t)prompt_n + (uint64_t)decode_n > info.max_seq_len &&
+                       info.max_seq_len > (uint64_t)decode_n;
+    if (shrunk) prompt_n = (long)info.max_seq_len - decode_n;  /* e.g. the demo model's 512 positions */
     if ((uint64_t)prompt_n + (uint64_t)decode_n > info.max_seq_len) {
         fprintf(stderr, "needle-bench: %ld + %ld tokens exceed max_seq_len %u (defaults 512 + 128: lower --prompt-tokens "
                         "or --decode-tokens)\n", prompt_n, decode_n, info.max_seq_len);
@@ -331,6 +361,7 @@ int main(int argc, char **argv) {
             printf("threads  %ld requested, clamped to the %u this machine runs\n", threads, info.n_threads);
         if (*needle_kernel_isa_requested() && strcmp(needle_kernel_isa_requested(), needle_kernel_isa()))
             printf("isa      NEEDLE_FORCE_ISA=%s refused (unknown or not run here)\n", needle_kernel_isa_requested());
+        if (shrunk) printf("prompt   %ld tokens: 512 + 128 exceed this model's max_seq_len %u\n", prompt_n, info.max_seq_len);
         printf("precision %s\n", precision);
         if (!strcmp(probe_heads, "off")) printf("probe heads off (needle_state_params.probe_heads 0)\n");
         printf("load     %8.3f ms\n", load_ms);
@@ -347,5 +378,5 @@ int main(int argc, char **argv) {
     needle_batch_free(batch);
     needle_model_free(model);
     free(prompt), free(logits), free(load), free(pre), free(dec);
-    return 0;
+    return flushed_stdout();
 }

@@ -53,7 +53,7 @@ static double time_create(needle_model *model, const char *tools, const char *in
         const needle_status st = needle_chat_create(model, "date: 2026-07-21", tools, &cp, &chat);
         const double dt = ms_now() - t0;
         if (st != NEEDLE_OK) {
-            fprintf(stderr, "needle-bench: needle_chat_create: %s\n", needle_last_error());
+            fprintf(stderr, "needle-bench: %s\n", needle_last_error());  /* names needle_chat_create */
             return -1;
         }
         if (dt < best) best = dt;
@@ -78,9 +78,15 @@ int bench_chat(needle_model *model, int runs, int json) {
         needle_chat *chat = NULL;
         if (c < 2) {
             create_ms[c][0] = time_create(model, tools, index_path, 1, runs, NULL);
-            create_ms[c][1] = time_create(model, tools, index_path, 0, runs, &chat);
+            if (create_ms[c][0] >= 0) create_ms[c][1] = time_create(model, tools, index_path, 0, runs, &chat);
         } else if (time_create(model, tools, NULL, 0, 1, &chat) < 0) {
             chat = NULL;
+        }
+        if (!chat) {  /* the error is on stderr: no figures made of failures */
+            free(tools);
+            remove(index_path);
+            free(env);
+            return 1;
         }
         if (chat) {
             size_t len = 0;
