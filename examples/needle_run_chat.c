@@ -112,9 +112,9 @@ int run_chat(needle_model *model, const char *tools_path, const char *tools_text
     needle_chat *chat = NULL;
     needle_status st = needle_chat_create(model, system, json, &cp, &chat);
     free(tools);
-    if (st != NEEDLE_OK) {
-        fprintf(stderr, "needle-run: %s: %s (%s)\n", tools_text ? "built-in tools" : tools_path,
-                needle_last_error(), needle_status_string(st));
+    if (st != NEEDLE_OK) {  /* the cause first: it may be --system's, not the tools' */
+        fprintf(stderr, "needle-run: %s (%s; tools: %s)\n", needle_last_error(), needle_status_string(st),
+                tools_text ? "built-in" : tools_path);
         return 1;
     }
     size_t cap = 65536, len = 0;

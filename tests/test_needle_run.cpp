@@ -247,6 +247,26 @@ TEST_CASE("needle-run: a --tools file with a NUL byte is refused naming its offs
     CHECK(bom.output.find("\"name\": \"set_timer\"") != std::string::npos);
 }
 
+TEST_CASE("needle-run: a chat that cannot be created names the cause first, then the tools it read") {
+    // It was "needle-run: <tools file>: needle_chat_create: chat: system text is not valid UTF-8",
+    // which blamed the tools file for --system's bytes.
+    const std::string tools = NEEDLE_MODELS_DIR "/needle-demo.tools.json";
+    const Run sys = needle_run({"--model", NEEDLE_DEMO_MODEL, "--tools", tools, "--system", "\xff", "hi"});
+    CHECK(sys.status == 1);
+    CHECK(sys.output == "needle-run: needle_chat_create: chat: system text is not valid UTF-8 (invalid argument; "
+                        "tools: " + tools + ")\n");
+    char path[] = "/tmp/needle-run-tools.XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, "[{\"name\":\"\"}]", 13) == 13);
+    close(fd);
+    const Run bad = needle_run({"--model", NEEDLE_DEMO_MODEL, "--tools", path, "hi"});
+    unlink(path);
+    CHECK(bad.status == 1);
+    CHECK(bad.output == "needle-run: needle_chat_create: chat: tool 0 (\"\"): name: the name is empty (invalid "
+                        "argument; tools: " + std::string(path) + ")\n");
+}
+
 TEST_CASE("needle-run: a turn that fills the context says which flag shortens it") {
     // The library's message ends "call reset" (a conversation's remedy), which a one-turn CLI user
     // cannot do. The random-weight fixture model never closes a call, so the turn runs into
