@@ -36,11 +36,11 @@ struct CqProduct {
 
 // cq_matmul of several matrices over the same prepared inputs (same cols_pad), as one parallel
 // region: the same bits as one cq_matmul per product. `side`, if given, is a job independent of
-// the products (it reads and writes none of their inputs or outputs) run once, on whichever
-// thread takes it, as one more piece of the region: per-position work of the caller's (the
-// mHC Sinkhorn) then costs its share of the threads instead of a serial stretch on one. It runs
-// at the start of the region's first range, and must not call cq_matmul_many itself (the FAST path keeps ~96 KB
-// of quantised inputs on the stack per call).
+// the products (it reads and writes none of their inputs or outputs), run once, at the start of
+// the region's first range of rows (the calling thread's, as a rule): per-position work such as
+// the mHC Sinkhorn then costs its share of the threads, the other one taking more of the rows,
+// instead of a serial stretch on one. It must not call cq_matmul_many itself (the FAST path
+// keeps ~96 KB of quantised inputs on the stack per call).
 void cq_matmul_many(const CqProduct *products, uint32_t n_products, const float *xh, size_t xh_stride,
                     size_t n_pos, const FunctionRef<void()> *side = nullptr);
 

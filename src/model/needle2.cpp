@@ -472,8 +472,8 @@ void Needle2Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t l, ui
     });
     const CqProduct qkvg[] = {{&ly.q, 0, g.A, w.q, g.A}, {&ly.k, 0, g.Kd, w.k, g.Kd},
                               {&ly.v, 0, g.Kd, w.v, g.Kd}, {&ly.gate, 0, g.A, w.gl, g.A}};
-    // Two jobs that need nothing of q/k/v/gate run as one more piece of its region instead of
-    // alone on the calling thread: 5.8's Sinkhorn (of phi's output; read by block_tail) and the
+    // Two jobs that need nothing of q/k/v/gate run inside its region (the other thread takes more
+    // of its rows meanwhile) instead of alone on the calling thread: 5.8's Sinkhorn (of phi's output; read by block_tail) and the
     // pooling of probe cell l (the lanes, unchanged until block_tail). In a decode step (Sapphire
     // Rapids VM, 2 threads) each was ~6 % of the calling thread's time while the other waited.
     // (Not phi's post and res bands: a cq_matmul_many inside another doubles the stack in use,

@@ -503,7 +503,7 @@ void Needle3Model::layer(const Part *parts, uint32_t np, Work &w, uint32_t li, u
     });
     const CqProduct qkvg[] = {{&ly.q, 0, g.qd, w.q, g.qd}, {&ly.k, 0, g.kd, w.k, g.kd},
                               {&ly.v, 0, g.vd, w.v, g.vd}, {&ly.gate, 0, g.od, w.gl, g.od}};
-    // The Sinkhorn needs only Phi's output and is read only by block_tail: one more piece of the
+    // The Sinkhorn needs only Phi's output and is read only by block_tail: it runs inside the
     // q/k/v/gate region (needle2.cpp layer says why).
     auto sinkhorn_job = [&] { mhc_routing(a_res_[l], b_res_ + size_t(l) * N * N, N, n, w.pr); };
     const FunctionRef<void()> routing(sinkhorn_job);  // borrows the lambda above
