@@ -316,16 +316,17 @@ void cq_matvec_fused(const CqMatrix &w, const Levels &lv, const float *xh, uint3
 // RB rows at a time, one row per lane: one index word per lane holds 16 (2-bit) or 8 (nibble)
 // columns of its row; a shift and a lane permute against the book give the weights of column
 // k for all RB rows, and one FMA with the broadcast activation x[k] does RB multiply-adds.
-// The order of one row is fixed: column k of a group goes to accumulator k % kAcc (8 on
-// AVX-512, 4 on AVX2), summed pairwise (tree), multiplied by the group norm into the row's
-// total, groups in increasing order. One loop (lanes_matvec) serves a decode step and a
-// prefill chunk alike, kVecPos positions at a time, so no bit depends on n_pos, the row range
-// or threading.
+// The order of one row is fixed: column k of a group goes to accumulator k % kAcc (lanes.h),
+// summed pairwise (tree), multiplied by the group norm into the row's total, groups in
+// increasing order. One loop (lanes_matvec) serves a decode step (several row blocks side by
+// side) and a prefill chunk (several positions at a time) alike, so no bit depends on n_pos,
+// the row range or threading.
 #include "kernels/isa/lanes.h"
 
-// The accumulators of one group summed pairwise: ((a0+a1)+(a2+a3)) [+ ((a4+a5)+(a6+a7))].
+// The accumulators of one group summed pairwise: (a0+a1) [+ (a2+a3)] [+ ((a4+a5)+(a6+a7))].
 inline lanes::F tree(const lanes::F *a) {
     using namespace lanes;
+    if (kAcc == 2) return add(a[0], a[1]);
     const F lo = add(add(a[0], a[1]), add(a[2], a[3]));
     return kAcc == 8 ? add(lo, add(add(a[4], a[5]), add(a[6], a[7]))) : lo;
 }
@@ -356,34 +357,43 @@ inline lanes::I lanes_step8(const lanes::Book &bk, lanes::I v, const float *cons
     return v;
 }
 
-// P positions (xh + p * xs), one row block (records from rec), the weights decoded in
-// registers: tot[p] = the RB row totals of position p.
-template <uint32_t FW, bool Wide, uint32_t P>
-inline void lanes_matvec(const CqMatrix &w, const lanes::Book &bk, const uint8_t *rec, const float *xh, size_t xs,
-                         lanes::F *tot) {
+// P positions (xh + p * xs) against NB consecutive row blocks (block i's records from
+// rec + i * blk_bytes), the weights decoded in registers: tot[i][p] = the RB row totals of block
+// i at position p. Blocks side by side only add independent chains: each row's order is the
+// same for every P and NB.
+template <uint32_t FW, bool Wide, uint32_t P, uint32_t NB>
+inline void lanes_matvec(const CqMatrix &w, const lanes::Book &bk, const uint8_t *rec, size_t blk_bytes,
+                         const float *xh, size_t xs, lanes::F (*tot)[P]) {
     using namespace lanes;
     constexpr uint32_t CPW = 32 / FW;
     const uint32_t full = w.group / CPW;  // whole words; a 2-bit group of 16n+8 has a half word
     const size_t rec_bytes = cq_block_record_bytes(w);
-    for (uint32_t p = 0; p < P; ++p) tot[p] = zero();
+    for (uint32_t i = 0; i < NB; ++i)
+        for (uint32_t p = 0; p < P; ++p) tot[i][p] = zero();
     for (uint32_t g = 0; g < w.ngroups; ++g, rec += rec_bytes) {
         const float *x[P];
         for (uint32_t p = 0; p < P; ++p) x[p] = xh + p * xs + size_t(g) * w.group;
-        const uint32_t *wd = reinterpret_cast<const uint32_t *>(rec + 4 * RB);
-        F a[P][kAcc];
-        for (auto &ap : a)
-            for (auto &e : ap) e = zero();
+        const uint32_t *wd[NB];
+        for (uint32_t i = 0; i < NB; ++i) wd[i] = reinterpret_cast<const uint32_t *>(rec + i * blk_bytes + 4 * RB);
+        F a[NB][P][kAcc];
+        for (auto &ai : a)
+            for (auto &ap : ai)
+                for (auto &e : ap) e = zero();
         for (uint32_t j = 0; j < full; ++j) {
-            I v = lanes_step8<FW, Wide, P>(bk, load_words(wd + size_t(j) * RB), x, a);
+            I v[NB];
+            for (uint32_t i = 0; i < NB; ++i) v[i] = lanes_step8<FW, Wide, P>(bk, load_words(wd[i] + size_t(j) * RB), x, a[i]);
             for (uint32_t p = 0; p < P; ++p) x[p] += 8;
             if (CPW == 16) {
-                lanes_step8<FW, Wide, P>(bk, v, x, a);
+                for (uint32_t i = 0; i < NB; ++i) lanes_step8<FW, Wide, P>(bk, v[i], x, a[i]);
                 for (uint32_t p = 0; p < P; ++p) x[p] += 8;
             }
         }
-        if (full * CPW < w.group) lanes_step8<FW, Wide, P>(bk, load_words(wd + size_t(full) * RB), x, a);
-        const F nv = lanes::load(reinterpret_cast<const float *>(rec));
-        for (uint32_t p = 0; p < P; ++p) tot[p] = lanes::fma(nv, tree(a[p]), tot[p]);
+        if (full * CPW < w.group)
+            for (uint32_t i = 0; i < NB; ++i) lanes_step8<FW, Wide, P>(bk, load_words(wd[i] + size_t(full) * RB), x, a[i]);
+        for (uint32_t i = 0; i < NB; ++i) {
+            const F nv = lanes::load(reinterpret_cast<const float *>(rec + i * blk_bytes));
+            for (uint32_t p = 0; p < P; ++p) tot[i][p] = lanes::fma(nv, tree(a[i][p]), tot[i][p]);
+        }
     }
 }
 
@@ -398,36 +408,71 @@ inline void lanes_store(lanes::F tot, uint32_t lane0, uint32_t n, float *y) {
     for (uint32_t i = 0; i < n; ++i) y[i] = t[lane0 + i];
 }
 
-// Positions per pass over a row block: a column's weights are decoded (shift + permute) once
-// for kVecPos positions. Zen 5 VM, 512 x 512 2-bit, one core, FMA peak 116 GMAC/s: 1 position
-// ~68 GMAC/s (a permute per FMA), 2 at a time ~90 on AVX-512 (AVX2 24 -> 38). The earlier
-// prefill pass, weights decoded once per group into an L1 tile and loaded per 3 positions,
-// reached ~68 on AVX-512 (a tile load and 3 broadcast loads per 3 FMAs: bound by loads).
-// 3 positions at a time was no faster (24 accumulators + the book: 30 of 32 registers).
-constexpr uint32_t kVecPos = 2;
+// Positions per pass over a row block (lanes::kPos) and row blocks per pass in a decode step
+// (lanes::kDecodeBlocks): a column's weights are decoded (shift + permute, on the vector ports
+// the FMAs need too) once for kPos positions, so the FMAs' share grows with kPos as far as the
+// registers allow (kPos x kAcc accumulators). Sapphire Rapids VM, 1,536 x 512 2-bit, one core:
+// 2 positions 54 GMAC/s (8 accumulators each), 6 positions 69-70 (4 each); a decode step (one
+// position) 41 -> 42 with 2 blocks of 4 chains side by side. The earlier prefill pass, weights
+// decoded once per group into an L1 tile and loaded per 3 positions, was bound by loads (a tile
+// load and 3 broadcast loads per 3 FMAs).
+
+// Blocks b .. b+NB-1 (rows clipped to [r0, r0 + count)) at P positions from xh into y.
+template <uint32_t FW, bool Wide, uint32_t P, uint32_t NB>
+inline void lanes_pass(const CqMatrix &w, const lanes::Book &bk, uint32_t b, uint32_t r0, uint32_t count,
+                       const float *xh, size_t xh_stride, float *y, size_t y_stride) {
+    const size_t blk_bytes = size_t(w.ngroups) * cq_block_record_bytes(w);
+    lanes::F tot[NB][P];
+    lanes_matvec<FW, Wide, P, NB>(w, bk, w.blocked + size_t(b) * blk_bytes, blk_bytes, xh, xh_stride, tot);
+    for (uint32_t i = 0; i < NB; ++i) {
+        const uint32_t bb = b + i, end = r0 + count;
+        const uint32_t lo = bb * lanes::RB > r0 ? bb * lanes::RB : r0;
+        const uint32_t hi = (bb + 1) * lanes::RB < end ? (bb + 1) * lanes::RB : end;
+        for (uint32_t q = 0; q < P; ++q)
+            lanes_store(tot[i][q], lo - bb * lanes::RB, hi - lo, y + q * y_stride + (lo - r0));
+    }
+}
+
+// One pass of n <= P positions (n from 1 to P; one instantiation each).
+template <uint32_t FW, bool Wide, uint32_t P>
+inline void lanes_pass_n(size_t n, const CqMatrix &w, const lanes::Book &bk, uint32_t b, uint32_t r0, uint32_t count,
+                         const float *xh, size_t xh_stride, float *y, size_t y_stride) {
+    if constexpr (P > 1)
+        if (n < P) return lanes_pass_n<FW, Wide, P - 1>(n, w, bk, b, r0, count, xh, xh_stride, y, y_stride);
+    lanes_pass<FW, Wide, P, 1>(w, bk, b, r0, count, xh, xh_stride, y, y_stride);
+}
+
+// Positions 0 .. n_pos - 1 of block b in ceil(n_pos / kPos) passes of near-equal size (8
+// positions as 4 + 4, not 6 + 2: a short pass decodes its weights for few FMAs).
+template <uint32_t FW, bool Wide>
+inline void lanes_positions(const CqMatrix &w, const lanes::Book &bk, uint32_t b, uint32_t r0, uint32_t count,
+                            const float *xh, size_t xh_stride, size_t n_pos, float *y, size_t y_stride) {
+    size_t passes = (n_pos + lanes::kPos - 1) / lanes::kPos;
+    for (size_t p = 0; p < n_pos; --passes) {
+        const size_t n = (n_pos - p + passes - 1) / passes;
+        lanes_pass_n<FW, Wide, lanes::kPos>(n, w, bk, b, r0, count, xh + p * xh_stride, xh_stride, y + p * y_stride,
+                                            y_stride);
+        p += n;
+    }
+}
+
+// Blocks b .. b_end - 1 at one position: NB at a time, the rest NB / 2, .., 1 at a time.
+template <uint32_t FW, bool Wide, uint32_t NB>
+inline void lanes_blocks(const CqMatrix &w, const lanes::Book &bk, uint32_t b, uint32_t b_end, uint32_t r0,
+                         uint32_t count, const float *xh, float *y) {
+    for (; b + NB <= b_end; b += NB) lanes_pass<FW, Wide, 1, NB>(w, bk, b, r0, count, xh, 0, y, 0);
+    if constexpr (NB > 1) lanes_blocks<FW, Wide, NB / 2>(w, bk, b, b_end, r0, count, xh, y);
+}
 
 template <uint32_t FW, bool Wide>
 void lanes_matmul(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0, uint32_t count,
                   float *y, size_t y_stride) {
     using namespace lanes;
     const Book bk(w.levels, w.width);
-    const size_t blk_bytes = size_t(w.ngroups) * cq_block_record_bytes(w);
-    for (uint32_t b = r0 / RB; b * RB < r0 + count; ++b) {
-        const uint32_t lo = b * RB > r0 ? b * RB : r0, hi = (b + 1) * RB < r0 + count ? (b + 1) * RB : r0 + count;
-        const uint8_t *rec0 = w.blocked + size_t(b) * blk_bytes;
-        float *yb = y + (lo - r0);
-        size_t p = 0;
-        for (; p + kVecPos <= n_pos; p += kVecPos) {
-            F tot[kVecPos];
-            lanes_matvec<FW, Wide, kVecPos>(w, bk, rec0, xh + p * xh_stride, xh_stride, tot);
-            for (uint32_t q = 0; q < kVecPos; ++q) lanes_store(tot[q], lo - b * RB, hi - lo, yb + (p + q) * y_stride);
-        }
-        for (; p < n_pos; ++p) {
-            F tot[1];
-            lanes_matvec<FW, Wide, 1>(w, bk, rec0, xh + p * xh_stride, xh_stride, tot);
-            lanes_store(tot[0], lo - b * RB, hi - lo, yb + p * y_stride);
-        }
-    }
+    const uint32_t b0 = r0 / RB, b_end = (r0 + count + RB - 1) / RB;
+    if (n_pos == 1) return lanes_blocks<FW, Wide, kDecodeBlocks>(w, bk, b0, b_end, r0, count, xh, y);
+    for (uint32_t b = b0; b < b_end; ++b)
+        lanes_positions<FW, Wide>(w, bk, b, r0, count, xh, xh_stride, n_pos, y, y_stride);
 }
 
 void cq_matmul_lanes(const CqMatrix &w, const float *xh, size_t xh_stride, size_t n_pos, uint32_t r0, uint32_t count,

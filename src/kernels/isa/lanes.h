@@ -6,7 +6,12 @@
 #if defined(__AVX512F__)
 namespace lanes {
 constexpr uint32_t RB = 16;
-constexpr uint32_t kAcc = 8;  // accumulators per row block and position (column k -> k % kAcc)
+// Column k of a group goes to accumulator k % kAcc of its row block and position. A prefill pass
+// takes kPos positions (kPos x kAcc = 24 accumulators of 32 registers: the more positions, the
+// fewer decodes per FMA); a decode step kDecodeBlocks row blocks (8 independent FMA chains).
+constexpr uint32_t kAcc = 2;
+constexpr uint32_t kPos = 12;
+constexpr uint32_t kDecodeBlocks = 4;
 using F = __m512;
 using I = __m512i;
 inline F zero() { return _mm512_setzero_ps(); }
@@ -42,7 +47,9 @@ struct Book {
 #else  // AVX2
 namespace lanes {
 constexpr uint32_t RB = 8;
-constexpr uint32_t kAcc = 4;  // 16 registers: 4 accumulators per position
+constexpr uint32_t kAcc = 2;  // as on AVX-512, within 16 registers: 8 accumulators in a pass
+constexpr uint32_t kPos = 4;
+constexpr uint32_t kDecodeBlocks = 4;
 using F = __m256;
 using I = __m256i;
 inline F zero() { return _mm256_setzero_ps(); }
