@@ -141,7 +141,7 @@ else
 fi
 rm -f "$BUILD"/qemu-*.rc
 tests_t0=$(date +%s)
-run kernels 10 --test-case='kernels:*'
+run kernels 11 --test-case='kernels:*'
 # The dot product is detected from AT_HWCAP: qemu's Cortex-A53 has none, its Neoverse-N1 has it.
 QEMU_CPU=cortex-a53 NEEDLE_EXPECT_CPU_FEATURES="neon -asimddp" run hwcap-a53 1 --test-case='kernels: cpu features*'
 QEMU_CPU=neoverse-n1 NEEDLE_EXPECT_CPU_FEATURES="neon asimddp" run hwcap-n1 1 --test-case='kernels: cpu features*'

@@ -318,6 +318,9 @@ void rope(float *x, uint32_t dim, const float *c, const float *s) { active_kerne
 void sinkhorn(float *m, uint32_t n, uint32_t count) { active_kernels().sinkhorn(m, n, count); }
 void silu(const float *x, uint32_t n, float *y) { active_kernels().silu(x, n, y); }
 void sigmoid_gate(float *x, const float *g, uint32_t n) { active_kernels().sigmoid_gate(x, g, n); }
+void mhc_mix(const float *R, const float *hp, const float *y, uint32_t N, uint32_t D, float *X, float *Xs) {
+    active_kernels().mhc_mix(R, hp, y, N, D, X, Xs);
+}
 void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
                 uint32_t D, double inv_sqrt_d, double *a) {
     active_kernels().pool_probe(q, cells, cell_stride, tokens, n, D, inv_sqrt_d, a);

@@ -45,6 +45,7 @@ struct KernelTable {
     void (*cq_matmul_fast)(const CqMatrix &w, const CqFastInput &x, size_t n_pos, uint32_t r0, uint32_t count,
                            float *y, size_t y_stride);
     void (*sigmoid_gate)(float *, const float *, uint32_t);
+    void (*mhc_mix)(const float *, const float *, const float *, uint32_t, uint32_t, float *, float *);
 };
 
 namespace scalar {

@@ -133,6 +133,12 @@ void sigmoid_gate(float *x, const float *g, uint32_t n);
 void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
                 uint32_t D, double inv_sqrt_d, double *a);
 
+// mHC lane mixing (model-v2.md §3 steps 5.8-5.9 = model-v3.md §1.3): the lanes X [N][D] become
+// X_k := ((0 + R[k][0] X_0) + R[k][1] X_1 + ... + R[k][N-1] X_{N-1}) + hp[k] y, every X_j taken
+// from before the update (Xs [N][D] is scratch for that snapshot), each product rounded, no
+// fused multiply-add: every ISA gives the scalar reference's bits. R [N][N], hp [N], y [D].
+void mhc_mix(const float *R, const float *hp, const float *y, uint32_t N, uint32_t D, float *X, float *Xs);
+
 inline float sigmoid(float z);
 
 // Name of the kernel instruction set in use: "avx512", "avx2", "sse4_2", "neon" or "scalar".

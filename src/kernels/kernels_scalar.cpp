@@ -194,6 +194,17 @@ void sigmoid_gate(float *x, const float *g, uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) x[i] *= sigmoid(g[i]);
 }
 
+void mhc_mix(const float *R, const float *hp, const float *y, uint32_t N, uint32_t D, float *X, float *Xs) {
+    std::memcpy(Xs, X, sizeof(float) * N * D);  // lanes are mixed from a snapshot
+    for (uint32_t k = 0; k < N; ++k) {
+        float *dst = X + size_t(k) * D;
+        std::fill(dst, dst + D, 0.0f);
+        for (uint32_t j = 0; j < N; ++j)
+            for (uint32_t c = 0; c < D; ++c) dst[c] += R[k * N + j] * Xs[size_t(j) * D + c];
+        for (uint32_t c = 0; c < D; ++c) dst[c] += hp[k] * y[c];
+    }
+}
+
 // Σ a[d] * b[d] in double with 8 interleaved partial sums (a fixed order, so the same bits for
 // every chunking; a single running sum would be latency-bound).
 double dot_double(const float *a, const float *b, uint32_t n) {
@@ -231,7 +242,7 @@ void pool_probe(const float *q, const float *cells, size_t cell_stride, const ui
 const KernelTable &table() {
     static const KernelTable t{"scalar", cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
                                rms_unit, zcrms, rope, attention_group<float>, attention_group<int8_t>, sinkhorn, silu, pool_probe, 0,
-                               nullptr, cq_fast_quantize, cq_matmul_fast, sigmoid_gate};
+                               nullptr, cq_fast_quantize, cq_matmul_fast, sigmoid_gate, mhc_mix};
     return t;
 }
 

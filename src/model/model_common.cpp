@@ -128,14 +128,7 @@ void mhc_scatter(float a_post, const float *b_post, const float *p_post, const f
         const float off = (k == active) ? 0.0f : -4.0f;
         hp[k] = 2.0f * sigmoid(a_post * p_post[k] + b_post[k] + off);
     }
-    std::memcpy(Xs, X, sizeof(float) * N * D);  // lanes are mixed from a snapshot
-    for (uint32_t k = 0; k < N; ++k) {
-        float *dst = X + size_t(k) * D;
-        std::fill(dst, dst + D, 0.0f);
-        for (uint32_t j = 0; j < N; ++j)
-            for (uint32_t c = 0; c < D; ++c) dst[c] += R[k * N + j] * Xs[size_t(j) * D + c];
-        for (uint32_t c = 0; c < D; ++c) dst[c] += hp[k] * y[c];
-    }
+    mhc_mix(R, hp, y, N, D, X, Xs);
 }
 
 void lane_mean(const float *X, uint32_t N, uint32_t d, float *mean) {

@@ -180,6 +180,42 @@ void silu(const float *x, uint32_t n, float *y) { gated(x, x, n, y); }
 void sigmoid_gate(float *x, const float *g, uint32_t n) { gated(x, g, n, x); }
 
 namespace {
+// Columns [c, c + W) of every lane, the N <= kMixRegs inputs held in registers (no snapshot).
+template <uint32_t N>
+inline void mix_columns(const float *R, const float *hp, const float *y, uint32_t D, float *X, uint32_t c) {
+    Vec in[N];
+    for (uint32_t j = 0; j < N; ++j) in[j] = Vec::load_unaligned(X + size_t(j) * D + c);
+    const Vec yv = Vec::load_unaligned(y + c);
+    for (uint32_t k = 0; k < N; ++k) {
+        Vec acc(0.0f);
+        for (uint32_t j = 0; j < N; ++j) acc = acc + Vec(R[k * N + j]) * in[j];
+        (acc + Vec(hp[k]) * yv).store_unaligned(X + size_t(k) * D + c);
+    }
+}
+}  // namespace
+
+// kernels.h mhc_mix. Lane counts 1-8 (needle2 and needle3 use 4) keep a column block's inputs in
+// registers; other counts, and the columns past the last whole vector, take the scalar steps.
+void mhc_mix(const float *R, const float *hp, const float *y, uint32_t N, uint32_t D, float *X, float *Xs) {
+    uint32_t c = 0;
+    switch (N) {
+#define NEEDLE_MIX(n) case n: for (; c + W <= D; c += W) mix_columns<n>(R, hp, y, D, X, c); break
+        NEEDLE_MIX(1); NEEDLE_MIX(2); NEEDLE_MIX(3); NEEDLE_MIX(4);
+        NEEDLE_MIX(5); NEEDLE_MIX(6); NEEDLE_MIX(7); NEEDLE_MIX(8);
+#undef NEEDLE_MIX
+    default: break;
+    }
+    if (c == D) return;
+    for (uint32_t j = 0; j < N; ++j) std::memcpy(Xs + size_t(j) * D + c, X + size_t(j) * D + c, sizeof(float) * (D - c));
+    for (uint32_t k = 0; k < N; ++k)
+        for (uint32_t e = c; e < D; ++e) {
+            float acc = 0.0f;
+            for (uint32_t j = 0; j < N; ++j) acc += R[k * N + j] * Xs[size_t(j) * D + e];
+            X[size_t(k) * D + e] = acc + hp[k] * y[e];
+        }
+}
+
+namespace {
 
 // Σ a[d] * b[d] in double over 8 interleaved partial sums, part[d % 8], reduced as
 // ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)): the reference's order (the float products

@@ -703,6 +703,7 @@ void rope(float *x, uint32_t dim, const float *cos_row, const float *sin_row) {
 void sinkhorn(float *m, uint32_t n, uint32_t count);
 void silu(const float *x, uint32_t n, float *y);
 void sigmoid_gate(float *x, const float *g, uint32_t n);
+void mhc_mix(const float *R, const float *hp, const float *y, uint32_t N, uint32_t D, float *X, float *Xs);
 void pool_probe(const float *q, const float *cells, size_t cell_stride, const uint32_t *tokens, uint32_t n,
                 uint32_t D, double inv_sqrt_d, double *a);
 
@@ -716,7 +717,7 @@ const KernelTable &table() {
     static const KernelTable t{NEEDLE_ISA_NAME, cq_prepare_input, cq_matmul, cq_dequantize_row, fwht,
                                rms_unit, zcrms, rope, attention_rows<float>, attention_rows<int8_t>,
                                sinkhorn, silu, pool_probe, kBlockRows, cq_block_rows_fast, cq_fast_quantize, cq_matmul_fast,
-                               sigmoid_gate};
+                               sigmoid_gate, mhc_mix};
     return t;
 }
 
