@@ -129,13 +129,19 @@ inline void block_pass(const CqMatrix &w, const i8::Book &bk, const uint8_t *rec
     const uint32_t words = cq_block_words(w), gb = cq_fast_group_bytes(w.group, FW);
     const size_t rec_bytes = cq_block_record_bytes(w);
     const uint8_t *rec = rec0;
+    // A decode step (P == 1) reads each weight once, mostly from L3: fetch the same record of the
+    // next row block meanwhile, one line per line read (as the exact kernels do; Sapphire Rapids
+    // VM, FAST decode 1.08x; four blocks ahead was slower).
+    const size_t ahead = size_t(w.ngroups) * rec_bytes;
     for (uint32_t g = 0; g < w.ngroups; ++g, rec += rec_bytes) {
         const uint32_t *wd = reinterpret_cast<const uint32_t *>(rec + 4 * RB);
+        if (P == 1) __builtin_prefetch(rec + ahead, 0, 3);
         const int8_t *xg = q + size_t(g) * gb;
         I a[P][NA];
         for (uint32_t p = 0; p < P; ++p)
             for (uint32_t i = 0; i < NA; ++i) a[p][i] = zero();
         for (uint32_t j = 0; j < words; ++j) {
+            if (P == 1) __builtin_prefetch(reinterpret_cast<const char *>(wd + size_t(j) * RB) + ahead, 0, 3);
             const I v = load_words(wd + size_t(j) * RB);
 #pragma GCC unroll 4
             for (uint32_t s = 0; s < SH; ++s) {
