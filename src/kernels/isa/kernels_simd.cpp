@@ -375,12 +375,12 @@ inline void lanes_matvec(const CqMatrix &w, const lanes::Book &bk, const uint8_t
         for (uint32_t p = 0; p < P; ++p) x[p] = xh + p * xs + size_t(g) * w.group;
         const uint32_t *wd[NB];
         for (uint32_t i = 0; i < NB; ++i) wd[i] = reinterpret_cast<const uint32_t *>(rec + i * blk_bytes + 4 * RB);
-        // A decode step reads each weight once, from L3 as a rule (a step's 9 MB do not stay in L2),
-        // and perf showed the word loads stalling: fetch the same record of the next pass's blocks
-        // (NB blocks on) meanwhile, one line per line read. A prefetch never faults, so the last
-        // pass may reach past the copy. (Sapphire Rapids VM: decode 1.04x; two passes ahead or half
-        // a pass no better; a prefill chunk, which reads each block for several passes, gained
-        // nothing from prefetching the next block.)
+        // A decode step reads each weight once, from L3 as a rule (needle2's copies are 10.9 MB,
+        // L2 2 MB), and perf showed the word loads stalling: fetch the same record of the next
+        // pass's blocks (NB blocks on) meanwhile, one line per line read. A prefetch never
+        // faults, so the last pass may reach past the copy. (Sapphire Rapids VM: decode 1.04x;
+        // two passes ahead or half a pass no better; a prefill chunk, which reads each block for
+        // several passes, gained nothing from prefetching the next block.)
         if (NB > 1)
             for (uint32_t i = 0; i < NB; ++i) __builtin_prefetch(rec + (i + NB) * blk_bytes, 0, 3);
         F a[NB][P][kAcc];
