@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <sstream>
 #include <string>
@@ -225,4 +226,42 @@ TEST_CASE("v3 max_tokens bounds a full-causal Needle 2 state") {
     for (uint32_t i = 0; i < 5; ++i) step(s.get(), 3 + i, V);
     std::vector<float> lg(V);
     EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_state_decode(s.get(), 3, lg.data(), V), "max_tokens");
+}
+
+// Virtual size of this process (/proc/self/statm, pages of 4 KB): the KV rings are one mapping
+// each, so a state's KV shows in it at creation whatever is touched.
+static size_t virtual_bytes() {
+    std::FILE *f = std::fopen("/proc/self/statm", "r");
+    unsigned long size = 0;
+    const int got = f ? std::fscanf(f, "%lu", &size) : 0;
+    if (f) std::fclose(f);
+    return got == 1 ? size_t(size) * 4096 : 0;
+}
+
+TEST_CASE("v3 max_tokens also bounds a windowed Needle 2 state's KV, with the bits of an unbounded state") {
+    Model m = load(model_path("needle2"));
+    const size_t V = info_of(m.get()).out_vocab;
+    auto make = [&](uint32_t max_tokens) {
+        needle_state_params sp;
+        sp.struct_size = sizeof sp;
+        needle_state_params_init(&sp);
+        sp.max_tokens = max_tokens;  // default window (256 on needle2)
+        needle_state *raw = nullptr;
+        REQUIRE(needle_state_create_ex(m.get(), &sp, &raw) == NEEDLE_OK);
+        return State(raw);
+    };
+    const size_t v0 = virtual_bytes();
+    State small = make(20);
+    const size_t v1 = virtual_bytes();
+    State full = make(0);
+    const size_t v2 = virtual_bytes();
+    // needle2's f32 KV: 27 layers x 2 x 4 heads x 64 x 4 bytes a position: 1.1 MB for 20, 14.2 MB
+    // for the 256-slot ring.
+    if (v0 && v2) CHECK(double(v2 - v1) - double(v1 - v0) > 10.0 * 1048576);
+    for (uint32_t i = 0; i < 20; ++i) {
+        const std::vector<float> a = step(small.get(), 7 + 13 * i, V), b = step(full.get(), 7 + 13 * i, V);
+        REQUIRE(std::memcmp(a.data(), b.data(), V * sizeof(float)) == 0);
+    }
+    std::vector<float> lg(V);
+    EXPECT_FAIL(NEEDLE_E_CONTEXT_FULL, needle_state_decode(small.get(), 3, lg.data(), V), "max_tokens");
 }

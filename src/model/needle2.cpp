@@ -102,9 +102,11 @@ std::unique_ptr<Sequence> Needle2Model::new_sequence(const SequenceOptions &opt)
     uint32_t w = kv_window == -1 ? default_window_ : uint32_t(kv_window);
     // Sinks only matter under a window; a window plus sinks covering max_seq_len is full causal.
     s->kvl = KvLayout::make(w, opt.sink_tokens, g.Tmax);
-    // max_tokens bounds a full-causal ring (a window already bounds it).
+    // max_tokens bounds the ring, full causal or windowed: a state never holds more positions, so
+    // with ring = limit <= window + sinks no slot wraps and every query reads keys 0..p, which
+    // are exactly its visible ones (kv_layout.h: a key p - j >= window is then a sink).
     s->limit = opt.max_tokens ? std::min(opt.max_tokens, g.Tmax) : g.Tmax;
-    if (s->kvl.window == 0) s->kvl.ring = std::min(s->kvl.ring, s->limit);
+    s->kvl.ring = std::min(s->kvl.ring, s->limit);
     s->ring = s->kvl.ring;
     s->options = opt;
     s->options.kv_window = int32_t(s->kvl.window);
