@@ -232,6 +232,9 @@ int main(int argc, char **argv) {
                       : runs < 1 || runs > 1000 ? "--runs must be 1..1000"
                       : prompt_n < 1 ? "--prompt-tokens must be at least 1"
                       : sequences < 1 || sequences > 4096 ? "--sequences must be 1..4096"
+                      : chunk > (long)UINT32_MAX ? "--chunk must be 0..4294967295"
+                      : max_tokens > (long)UINT32_MAX ? "--max-tokens must be 0..4294967295"
+                      : depth > (long)UINT32_MAX ? "--depth must be 0..4294967295"
                       : strcmp(kv, "f32") && strcmp(kv, "int8") ? "--kv must be f32 or int8"
                       : strcmp(precision, "exact") && strcmp(precision, "fast") ? "--precision must be exact or fast"
                       : strcmp(probe_heads, "on") && strcmp(probe_heads, "off") ? "--probe-heads must be on or off"
@@ -248,7 +251,7 @@ int main(int argc, char **argv) {
     mp.struct_size = sizeof mp;
     needle_model_params_init(&mp);
     mp.n_threads = threads > INT32_MAX ? INT32_MAX : (int32_t)threads;  /* the library clamps it */
-    mp.depth = depth > UINT32_MAX ? UINT32_MAX : (uint32_t)depth;      /* Needle 3 ladder rung */
+    mp.depth = (uint32_t)depth; /* Needle 3 ladder rung (range checked above) */
     mp.precision = strcmp(precision, "fast") ? NEEDLE_PRECISION_EXACT : NEEDLE_PRECISION_FAST;
     double *load = calloc((size_t)runs, sizeof(double)), *pre = calloc((size_t)runs, sizeof(double)),
            *dec = calloc((size_t)runs, sizeof(double));

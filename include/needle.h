@@ -294,10 +294,9 @@ NEEDLE_API void needle_state_reset(needle_state *state);
 NEEDLE_API uint32_t needle_state_pos(const needle_state *state);
 
 /** Creates prefill scratch for chunks of up to `capacity` positions (about 70 KB per position at
- *  Needle 2 geometry). 32 is the recommended capacity: the kernels decode each weight group once
- *  per 32 positions, so larger chunks only cost memory (needle2, 512-token prompt, 2 cores:
- *  chunks 16, 32 and 64 all prefill within run-to-run noise, ~400-500 tok/s; 128 is no faster
- *  and takes 6.7 MB more). Returns NEEDLE_OK; INVALID_ARGUMENT (NULL, capacity 0 or above
+ *  Needle 2 geometry). 32 is the recommended capacity: the matmul kernels decode a weight block
+ *  once per pass of up to 12 positions (AVX-512; 4 on AVX2) and keep it in cache across a chunk's
+ *  passes, so larger chunks only cost memory (128 takes 6.7 MB more than 32). Returns NEEDLE_OK; INVALID_ARGUMENT (NULL, capacity 0 or above
  *  max_seq_len); NO_MEMORY. */
 NEEDLE_API needle_status needle_batch_create(needle_model *model, uint32_t capacity,
                                              needle_batch **out);
