@@ -95,7 +95,8 @@ static void usage(FILE *f) {
                "  --chunk C: positions per prefill batch (32; 0: prefill one position at a time)\n"
                "  --runs R: runs per figure, 1..1000 (3); the figures are medians\n"
                "  --kv f32|int8: the KV cache's type (needle_state_params.kv_type)\n"
-               "  --isa NAME|all: force a kernel ISA (NEEDLE_FORCE_ISA), or run every ISA of this CPU side by side\n"
+               "  --isa NAME|all: force a kernel ISA (NEEDLE_FORCE_ISA; one this CPU or build lacks falls back\n"
+               "          to the best, said on stderr), or run every ISA of this CPU side by side\n"
                "  --depth D: Needle 3 depth rung (needle_model_params.depth; 0: all layers)\n"
                "  --max-tokens M: the state's max_tokens (default: prompt + decode tokens)\n"
                "  --sequences S: decode S states at once through needle_decode_many (aggregate tok/s)\n"
@@ -246,6 +247,9 @@ int main(int argc, char **argv) {
     }
     if (isa && !strcmp(isa, "all")) return run_all_isas(argc, argv, json, precision);
     if (isa) setenv("NEEDLE_FORCE_ISA", isa, 1); /* read at the library's first kernel call */
+    if (isa && strcmp(needle_kernel_isa(), isa)) /* the library falls back to the best ISA */
+        fprintf(stderr, "needle-bench: --isa %s is not in this build or not run by this CPU: running %s\n", isa,
+                needle_kernel_isa());
 
     needle_model_params mp;
     mp.struct_size = sizeof mp;
