@@ -422,11 +422,11 @@ inline void lanes_store(lanes::F tot, uint32_t lane0, uint32_t n, float *y) {
 // Positions per pass over a row block (lanes::kPos) and row blocks per pass in a decode step
 // (lanes::kDecodeBlocks): a column's weights are decoded (shift + permute, on the vector ports
 // the FMAs need too) once for kPos positions, so the FMAs' share grows with kPos as far as the
-// registers allow (kPos x kAcc accumulators). Sapphire Rapids VM, 1,536 x 512 2-bit, one core:
-// 2 positions 54 GMAC/s (8 accumulators each), 6 positions 69-70 (4 each); a decode step (one
-// position) 41 -> 42 with 2 blocks of 4 chains side by side. The earlier prefill pass, weights
-// decoded once per group into an L1 tile and loaded per 3 positions, was bound by loads (a tile
-// load and 3 broadcast loads per 3 FMAs).
+// registers allow (kPos x kAcc accumulators). Sapphire Rapids VM, 1,536 x 512 2-bit, weights in
+// L2, one core: 2 positions with 8 accumulators each 54 GMAC/s, 6 with 4 each 69, 12 with 2 each
+// 74-76 (24 with 1 spill); a decode step (one position) 41 -> 43 with 4 blocks of 2 chains side
+// by side. The earlier prefill pass, weights decoded once per group into an L1 tile and loaded
+// per 3 positions, was bound by loads (a tile load and 3 broadcast loads per 3 FMAs).
 
 // Blocks b .. b+NB-1 (rows clipped to [r0, r0 + count)) at P positions from xh into y.
 template <uint32_t FW, bool Wide, uint32_t P, uint32_t NB>
